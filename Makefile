@@ -1,0 +1,29 @@
+# The README's two commands: `make demo` and `make test`. Both run scripts/setup.sh first
+# (idempotent: it installs build tools and fetches models only when missing).
+# One cargo profile (release) serves both, so the demo and the tests share one build.
+
+CARGO ?= cargo
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+RAG := $(TARGET_DIR)/release/rag
+QUESTION ?= What does the KV cache store?
+
+.PHONY: setup build demo test bench
+
+setup:
+	scripts/setup.sh
+
+# --all-targets: dev-dependencies then take part in feature resolution exactly as in
+# `cargo test`, so the demo and the tests share every compiled dependency. A plain
+# `cargo build` resolves regex with fewer features and recompiles datafusion and lance.
+build: setup
+	$(CARGO) build --release --locked --all-targets
+
+demo: build
+	$(RAG) ingest corpus
+	$(RAG) ask --stats "$(QUESTION)"
+
+test: setup
+	$(CARGO) test --release --locked
+
+bench: build
+	scripts/bench.sh

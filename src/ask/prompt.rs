@@ -1,0 +1,166 @@
+//! The prompt, as data: instructions, numbered sources and the question, packed into the
+//! context window exactly, in the generator's own tokens. Pure: token counting is passed in.
+//!
+//! Layout for prefix reuse: system instructions first, then the sources in a deterministic
+//! order (by path and line, not by rank), then the question. Two asks that retrieve the same
+//! sources share every token up to the question, and the KV cache keeps them.
+
+use crate::llm::Message;
+use crate::store::Hit;
+
+pub const SYSTEM: &str = "You are a careful assistant. Answer the question using only the numbered sources. \
+After each sentence, cite the sources that support it with their labels in square brackets, like [S1]. \
+If the sources do not contain the answer, say that the documents do not answer the question. Be concise.";
+
+/// A packed source: its label number (`[S{n}]`) and the retrieved span.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub n: usize,
+    pub hit: Hit,
+    /// Rank in the retrieval result, from 1.
+    pub rank: usize,
+    pub score: f32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Packed {
+    pub messages: Vec<Message>,
+    pub sources: Vec<Source>,
+    /// Retrieved spans that did not fit the budget, best first.
+    pub dropped: Vec<Hit>,
+    /// Tokens of the whole prompt (template included).
+    pub prompt_tokens: usize,
+}
+
+/// The text block of one source.
+pub fn source_block(n: usize, hit: &Hit) -> String {
+    let heading = if hit.heading.is_empty() { String::new() } else { format!(" — {}", hit.heading) };
+    format!("[S{n}] {} (lines {}-{}){heading}\n{}\n\n", hit.path, hit.line_start, hit.line_end, hit.text.trim())
+}
+
+fn question_part(question: &str) -> String {
+    format!("Question: {}", question.trim())
+}
+
+/// The parts of one user turn: its sources, then its question.
+pub fn user_parts(blocks: &[String], question: &str) -> Vec<String> {
+    let mut parts = Vec::with_capacity(blocks.len() + 2);
+    parts.push("Sources:\n\n".to_string());
+    parts.extend(blocks.iter().cloned());
+    parts.push(question_part(question));
+    parts
+}
+
+/// A finished chat turn: what the user message held, and the answer.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub user: Vec<String>,
+    pub answer: String,
+}
+
+/// System message, earlier turns unchanged (so their tokens stay a cached prefix), then the
+/// new user turn.
+pub fn conversation(history: &[Turn], blocks: &[String], question: &str) -> Vec<Message> {
+    let mut out = vec![Message { role: "system", parts: vec![SYSTEM.to_string()] }];
+    for t in history {
+        out.push(Message { role: "user", parts: t.user.clone() });
+        out.push(Message { role: "assistant", parts: vec![t.answer.clone()] });
+    }
+    out.push(Message { role: "user", parts: user_parts(blocks, question) });
+    out
+}
+
+/// The messages of a single question.
+pub fn messages(blocks: &[String], question: &str) -> Vec<Message> {
+    conversation(&[], blocks, question)
+}
+
+/// Packs hits (best first) into `budget` prompt tokens. `overhead` is the token count of the
+/// prompt with no sources; `count` counts a text's tokens exactly as the prompt tokenizes it.
+/// Sources are admitted by rank, then labelled in path and line order.
+pub fn pack(
+    question: &str,
+    ranked: &[(Hit, f32)],
+    budget: usize,
+    overhead: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Packed {
+    pack_turn(&[], question, ranked, budget, overhead, count)
+}
+
+/// [`pack`] for a turn that follows `history`; `overhead` counts the history too.
+pub fn pack_turn(
+    history: &[Turn],
+    question: &str,
+    ranked: &[(Hit, f32)],
+    budget: usize,
+    overhead: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Packed {
+    let mut used = overhead;
+    let mut kept: Vec<(usize, &Hit, f32)> = Vec::new();
+    let mut dropped = Vec::new();
+    for (rank, (hit, score)) in ranked.iter().enumerate() {
+        // Label width does not change the count for fewer than 10 sources, and counting with
+        // the widest label keeps the total an upper bound otherwise.
+        let cost = count(&source_block(ranked.len().max(10), hit));
+        if used + cost <= budget {
+            used += cost;
+            kept.push((rank + 1, hit, *score));
+        } else {
+            dropped.push(hit.clone());
+        }
+    }
+    kept.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.1.line_start.cmp(&b.1.line_start)));
+    let sources: Vec<Source> = kept
+        .into_iter()
+        .enumerate()
+        .map(|(i, (rank, hit, score))| Source { n: i + 1, hit: hit.clone(), rank, score })
+        .collect();
+    let blocks: Vec<String> = sources.iter().map(|s| source_block(s.n, &s.hit)).collect();
+    let prompt_tokens = overhead + blocks.iter().map(|b| count(b)).sum::<usize>();
+    Packed { messages: conversation(history, &blocks, question), sources, dropped, prompt_tokens }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(path: &str, line: u32, words: usize) -> Hit {
+        Hit {
+            id: format!("{path}{line}"),
+            path: path.into(),
+            heading: "H".into(),
+            line_start: line,
+            line_end: line + 1,
+            text: "w ".repeat(words),
+            score: 0.5,
+        }
+    }
+    fn words(s: &str) -> usize {
+        s.split_whitespace().count()
+    }
+
+    #[test]
+    fn packs_best_first_within_budget_and_labels_by_path() {
+        let ranked = vec![(hit("b.md", 1, 10), 0.9), (hit("a.md", 5, 50), 0.8), (hit("a.md", 1, 10), 0.7)];
+        let overhead = 20;
+        let p = pack("q?", &ranked, 20 + 2 * 16, overhead, &words);
+        assert_eq!(p.sources.len(), 2);
+        assert_eq!(p.dropped.len(), 1);
+        assert_eq!(p.dropped[0].path, "a.md");
+        // a.md:1 sorts before b.md:1 in the prompt, whatever their ranks.
+        assert_eq!(p.sources[0].hit.path, "a.md");
+        assert_eq!(p.sources[0].rank, 3);
+        assert_eq!(p.sources[1].hit.path, "b.md");
+        assert!(p.prompt_tokens <= 20 + 2 * 16);
+    }
+
+    #[test]
+    fn prompt_snapshot() {
+        let p = pack("What is in the cache?", &[(hit("kv.md", 3, 3), 0.9)], 1000, 0, &words);
+        let user: String = p.messages[1].parts.concat();
+        assert_eq!(p.messages[0].parts[0], SYSTEM);
+        assert_eq!(user, "Sources:\n\n[S1] kv.md (lines 3-4) — H\nw w w\n\nQuestion: What is in the cache?");
+    }
+}

@@ -1,0 +1,210 @@
+//! Command-line syntax: clap derive types and help text. Parsed flags only; defaults and
+//! precedence live in `config.rs`, so `None` here means "not given on the command line".
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success
+  1  runtime error (I/O, store, generation)
+  2  usage or configuration error
+  3  no index: run `rag ingest DIR` first
+  4  incompatible index: rebuild it with `rag ingest --rebuild DIR`
+  5  model or runtime library missing or invalid
+  6  abstained: the documents do not answer the question
+  7  ingest finished, but some files failed (they are listed)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rag",
+    version,
+    about = "Fast, offline retrieval-augmented generation on a plain CPU",
+    long_about = "rag indexes a folder of documents (fastembed + LanceDB) and answers questions \
+                  about it with a local llama.cpp model, citing its sources. Nothing touches the network.",
+    after_help = EXIT_CODES_HELP,
+    after_long_help = concat!(
+        "Examples:\n",
+        "  rag ingest corpus\n",
+        "  rag ask \"What does the KV cache store?\"\n",
+        "  rag search --json -k 3 \"prefill vs decode\"\n\n",
+    )
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Config file [default: ./rag.toml if present] [env: RAG_CONFIG]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Index folder [default: .rag next to the config file]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub index: Option<PathBuf>,
+    /// No progress bars or summaries on stderr (warnings and errors still show)
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Print the resolved settings as TOML and exit
+    #[arg(long, global = true)]
+    pub show_settings: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Index files or folders (respects .gitignore)
+    #[command(after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md")]
+    Ingest(IngestArgs),
+    /// Answer a question from the indexed documents, with sources
+    #[command(after_help = "Examples:\n  rag ask \"What does the KV cache store?\"\n  rag ask --json --temperature 0 \"Why is decode slower than prefill?\"")]
+    Ask(AskArgs),
+    /// Multi-turn chat; with stdin not a terminal, one question per line
+    #[command(after_help = "Examples:\n  rag chat\n  printf 'What is prefill?\\nAnd decode?\\n' | rag chat -v")]
+    Chat(ChatArgs),
+    /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
+    #[command(hide = true)]
+    BenchLlm(BenchLlmArgs),
+    /// Retrieve the best chunks for a query, without generating
+    #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
+    Search(SearchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct IngestArgs {
+    /// Files or folders to index
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Print one JSON object on stdout instead of a summary
+    #[arg(long)]
+    pub json: bool,
+    /// Drop the existing index and build it again
+    #[arg(long)]
+    pub rebuild: bool,
+    /// Print what would be added, changed and removed; write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Keep indexed files that are gone from the walked folders
+    #[arg(long)]
+    pub no_prune: bool,
+    /// Embedding batch size
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Hybrid,
+    Vector,
+    Text,
+}
+
+#[derive(Debug, Args)]
+pub struct RetrievalArgs {
+    /// Number of chunks to retrieve
+    #[arg(short = 'k', long = "top-k", value_name = "N")]
+    pub top_k: Option<usize>,
+    /// Retriever: vector + full-text fused (hybrid), or one of them
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// Only chunks of files matching this glob (`docs/**/*.md`)
+    #[arg(long = "path", value_name = "GLOB")]
+    pub path_glob: Option<String>,
+    /// Only chunks matching this SQL filter over path, heading, line_start, line_end, text
+    #[arg(long = "where", value_name = "SQL")]
+    pub where_sql: Option<String>,
+    /// Explain retrieval on stderr: each retriever's rank, the fused score, what was dropped
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// The query
+    pub query: String,
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    /// Print JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AskArgs {
+    /// The question
+    pub question: String,
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
+    /// Print the answer when it is complete instead of streaming it
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Neither read nor write the persistent prompt cache
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Print the packed prompt and exit, without loading the model weights
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Stream JSON events on stdout, one per line: retrieval, token, done
+    #[arg(long, conflicts_with = "json")]
+    pub ndjson: bool,
+    /// Print a one-line performance summary on stderr
+    #[arg(long)]
+    pub stats: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
+}
+
+/// Generation settings shared by `ask` and `chat`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Generator: small, large, auto (routing), or a GGUF file
+    #[arg(long, value_name = "small|large|auto|FILE")]
+    pub model: Option<String>,
+    /// Most tokens to generate
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature; 0 is greedy and deterministic
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling threshold
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Sampling seed
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u32>,
+    /// Context size in tokens (prompt + answer)
+    #[arg(long, value_name = "N")]
+    pub n_ctx: Option<u32>,
+    /// Threads for llama.cpp [default: physical cores]
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchLlmArgs {
+    /// Prompt tokens
+    #[arg(short = 'p', default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens
+    #[arg(short = 'n', default_value_t = 128)]
+    pub n_gen: u32,
+    /// Repetitions (after one warm-up)
+    #[arg(short = 'r', default_value_t = 3)]
+    pub reps: usize,
+    #[command(flatten)]
+    pub gen: GenArgs,
+}

@@ -1,0 +1,422 @@
+//! Settings: built-in defaults < `rag.toml` < `RAG_*` environment < command-line flags,
+//! resolved once into [`Settings`]. Only this module reads the config file and the environment.
+//!
+//! Every key `section.key` has an environment variable `RAG_SECTION_KEY` (for example
+//! `llm.n_ctx` ↔ `RAG_LLM_N_CTX`), generated from the defaults so no key can be forgotten.
+//! Relative paths in `rag.toml` are relative to that file; in the environment and on the
+//! command line they are relative to the current directory.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use toml::{Table, Value};
+
+use crate::ExitError;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub index: IndexSettings,
+    pub embed: EmbedSettings,
+    pub chunk: ChunkSettings,
+    pub retrieval: RetrievalSettings,
+    pub llm: LlmSettings,
+    /// The project root: the config file's folder, or the current directory without one.
+    /// Indexed paths are stored relative to it.
+    #[serde(skip)]
+    pub root: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndexSettings {
+    /// Where the LanceDB tables and the prompt cache live.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbedSettings {
+    /// ONNX text-embedding model (output `last_hidden_state`, mean pooled).
+    pub model: PathBuf,
+    /// Folder with tokenizer.json, config.json, special_tokens_map.json, tokenizer_config.json.
+    pub tokenizer_dir: PathBuf,
+    /// ONNX Runtime shared library (>= 1.24).
+    pub ort_lib: PathBuf,
+    /// Longest input the model reads, in its own tokens (MiniLM: 256 word pieces).
+    pub max_length: usize,
+    /// Texts per ONNX Runtime call.
+    pub batch_size: usize,
+    /// Threads for ONNX Runtime; 0 = physical cores.
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChunkSettings {
+    /// Largest chunk, in embedder tokens (heading path included).
+    pub max_tokens: usize,
+    /// Smallest chunk the splitter aims for before it closes a chunk at a boundary.
+    pub min_tokens: usize,
+    /// Tokens repeated from the end of one chunk at the start of the next.
+    pub overlap_tokens: usize,
+    /// Files larger than this are reported and skipped.
+    pub max_file_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrievalSettings {
+    /// Chunks handed to the prompt.
+    pub top_k: usize,
+    /// hybrid | vector | text
+    pub mode: String,
+    /// Reciprocal rank fusion constant: score = w / (rrf_k + rank).
+    pub rrf_k: f32,
+    pub vector_weight: f32,
+    pub text_weight: f32,
+    /// `rag ask` abstains when the best chunk's cosine similarity to the question is below this.
+    pub min_similarity: f32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSettings {
+    /// The default (small) GGUF generator.
+    pub model: PathBuf,
+    /// An optional stronger GGUF generator for `--model large` and `auto` routing.
+    pub large_model: PathBuf,
+    /// Which generator answers: small | large | auto (see README: routing).
+    pub route: String,
+    /// Context window in tokens: prompt + answer. 0 = the model's training context.
+    pub n_ctx: u32,
+    /// Most prompt tokens per llama.cpp decode call.
+    pub n_batch: u32,
+    /// Decode threads; 0 = physical cores.
+    pub threads: usize,
+    /// Prefill threads; 0 = physical cores.
+    pub threads_batch: usize,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+    /// 0 = greedy (deterministic).
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u32,
+    /// Penalty on tokens repeated within the last `repeat_last_n` generated (1.0 = off).
+    pub repeat_penalty: f32,
+    pub repeat_last_n: i32,
+    /// Disk budget of the persistent prompt cache in MiB; 0 turns it off.
+    pub prompt_cache_mb: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            index: IndexSettings::default(),
+            embed: EmbedSettings::default(),
+            chunk: ChunkSettings::default(),
+            retrieval: RetrievalSettings::default(),
+            llm: LlmSettings::default(),
+            root: PathBuf::new(),
+        }
+    }
+}
+impl Default for IndexSettings {
+    fn default() -> Self {
+        IndexSettings { dir: ".rag".into() }
+    }
+}
+impl Default for EmbedSettings {
+    fn default() -> Self {
+        EmbedSettings {
+            model: "models/all-MiniLM-L6-v2-int8.onnx".into(),
+            tokenizer_dir: "models/minilm".into(),
+            ort_lib: "models/libonnxruntime.so.1.31.1".into(),
+            max_length: 256,
+            batch_size: 32,
+            threads: 0,
+        }
+    }
+}
+impl Default for ChunkSettings {
+    fn default() -> Self {
+        ChunkSettings { max_tokens: 200, min_tokens: 120, overlap_tokens: 0, max_file_bytes: 10_000_000 }
+    }
+}
+impl Default for RetrievalSettings {
+    fn default() -> Self {
+        RetrievalSettings {
+            top_k: 5,
+            mode: "hybrid".into(),
+            rrf_k: 60.0,
+            vector_weight: 1.0,
+            text_weight: 1.0,
+            min_similarity: 0.3,
+        }
+    }
+}
+impl Default for LlmSettings {
+    fn default() -> Self {
+        LlmSettings {
+            model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            large_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
+            route: "small".into(),
+            n_ctx: 2048,
+            n_batch: 512,
+            threads: 0,
+            threads_batch: 0,
+            max_tokens: 256,
+            temperature: 0.0,
+            top_p: 0.95,
+            seed: 42,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            prompt_cache_mb: 512,
+        }
+    }
+}
+
+/// Keys whose values are paths, resolved against the layer they came from.
+const PATH_KEYS: &[&str] =
+    &["index.dir", "embed.model", "embed.tokenizer_dir", "embed.ort_lib", "llm.model", "llm.large_model"];
+
+/// One layer of overrides from the command line: (`section.key`, value).
+pub type Overrides = Vec<(&'static str, Value)>;
+
+/// Resolve settings. `config` is `--config`; without it `RAG_CONFIG`, then `./rag.toml` if present.
+pub fn resolve(config: Option<&Path>, flags: Overrides) -> Result<Settings> {
+    let env = |k: &str| std::env::var(k).ok();
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    resolve_with(config, flags, &env, &cwd)
+}
+
+fn resolve_with(
+    config: Option<&Path>,
+    flags: Overrides,
+    env: &dyn Fn(&str) -> Option<String>,
+    cwd: &Path,
+) -> Result<Settings> {
+    let explicit = config.map(Path::to_path_buf).or_else(|| env("RAG_CONFIG").map(PathBuf::from));
+    let file = match explicit {
+        Some(p) => {
+            let p = cwd.join(p);
+            if !p.is_file() {
+                return Err(ExitError::usage(format!(
+                    "config file {} not found; check --config / RAG_CONFIG",
+                    p.display()
+                )));
+            }
+            Some(p)
+        }
+        None => Some(cwd.join("rag.toml")).filter(|p| p.is_file()),
+    };
+    // Defaults are relative to the config file's folder when there is one, so `rag` works
+    // from any subfolder given --config, and from the project root without it.
+    let base = file.as_deref().and_then(Path::parent).unwrap_or(cwd).to_path_buf();
+
+    let mut table = Value::try_from(Settings::default())?.as_table().cloned().unwrap_or_default();
+    resolve_paths(&mut table, &base);
+
+    if let Some(path) = &file {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut layer: Table = toml::from_str(&text)
+            .map_err(|e| ExitError::usage(format!("{} is not valid TOML: {e}", path.display())))?;
+        // Validate keys and types against the schema before merging, so an error names the file.
+        Value::Table(layer.clone()).try_into::<Settings>()
+            .map_err(|e| ExitError::usage(format!("{}: {e}", path.display())))?;
+        resolve_paths(&mut layer, path.parent().unwrap_or(cwd));
+        merge(&mut table, layer);
+    }
+
+    let env_layer = env_layer(&table, env)?;
+    let mut env_layer = env_layer;
+    resolve_paths(&mut env_layer, cwd);
+    merge(&mut table, env_layer);
+
+    let mut flag_layer = Table::new();
+    for (key, value) in flags {
+        let (section, name) = key.split_once('.').expect("flag keys are section.key");
+        flag_layer
+            .entry(section)
+            .or_insert_with(|| Value::Table(Table::new()))
+            .as_table_mut()
+            .expect("sections are tables")
+            .insert(name.to_string(), value);
+    }
+    resolve_paths(&mut flag_layer, cwd);
+    merge(&mut table, flag_layer);
+
+    let mut settings =
+        Value::Table(table).try_into::<Settings>().map_err(|e| ExitError::usage(format!("settings: {e}")))?;
+    settings.root = base;
+    settings.validate()?;
+    Ok(settings)
+}
+
+/// `RAG_SECTION_KEY` for every key of the defaults, typed like the default value.
+fn env_layer(defaults: &Table, env: &dyn Fn(&str) -> Option<String>) -> Result<Table> {
+    let mut out = Table::new();
+    for (section, keys) in defaults {
+        let Some(keys) = keys.as_table() else { continue };
+        for (key, default) in keys {
+            let var = format!("RAG_{}_{}", section.to_uppercase(), key.to_uppercase());
+            let Some(raw) = env(&var) else { continue };
+            let value = match default {
+                Value::Integer(_) => raw.trim().parse::<i64>().ok().map(Value::Integer),
+                Value::Float(_) => raw.trim().parse::<f64>().ok().map(Value::Float),
+                Value::Boolean(_) => raw.trim().parse::<bool>().ok().map(Value::Boolean),
+                _ => Some(Value::String(raw.clone())),
+            };
+            let Some(value) = value else {
+                return Err(ExitError::usage(format!(
+                    "{var}={raw:?} is not a valid {}; unset it or give a value like {default}",
+                    default.type_str()
+                )));
+            };
+            out.entry(section.clone())
+                .or_insert_with(|| Value::Table(Table::new()))
+                .as_table_mut()
+                .expect("sections are tables")
+                .insert(key.clone(), value);
+        }
+    }
+    Ok(out)
+}
+
+fn resolve_paths(layer: &mut Table, base: &Path) {
+    for key in PATH_KEYS {
+        let (section, name) = key.split_once('.').expect("section.key");
+        if let Some(Value::String(s)) = layer.get_mut(section).and_then(|t| t.get_mut(name)) {
+            let p = Path::new(s.as_str());
+            if p.is_relative() {
+                *s = base.join(p).to_string_lossy().into_owned();
+            }
+        }
+    }
+}
+
+fn merge(into: &mut Table, layer: Table) {
+    for (k, v) in layer {
+        match (into.get_mut(&k), v) {
+            (Some(Value::Table(dst)), Value::Table(src)) => merge(dst, src),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+impl Settings {
+    fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(ExitError::usage(msg));
+        if !["hybrid", "vector", "text"].contains(&self.retrieval.mode.as_str()) {
+            return bad(format!("retrieval.mode = {:?}: use hybrid, vector or text", self.retrieval.mode));
+        }
+        if !["small", "large", "auto"].contains(&self.llm.route.as_str()) {
+            return bad(format!("llm.route = {:?}: use small, large or auto", self.llm.route));
+        }
+        if self.retrieval.top_k == 0 {
+            return bad("retrieval.top_k must be at least 1".into());
+        }
+        if self.embed.batch_size == 0 {
+            return bad("embed.batch_size must be at least 1".into());
+        }
+        if self.chunk.max_tokens < 16 || self.chunk.max_tokens + 2 > self.embed.max_length {
+            return bad(format!(
+                "chunk.max_tokens = {} must be between 16 and embed.max_length - 2 = {}, or the embedder would truncate chunks",
+                self.chunk.max_tokens,
+                self.embed.max_length.saturating_sub(2)
+            ));
+        }
+        if self.chunk.min_tokens > self.chunk.max_tokens || self.chunk.overlap_tokens >= self.chunk.min_tokens {
+            return bad("need chunk.overlap_tokens < chunk.min_tokens <= chunk.max_tokens".into());
+        }
+        if self.llm.n_batch == 0 {
+            return bad("llm.n_batch must be at least 1".into());
+        }
+        if !(0.0..=2.0).contains(&self.llm.temperature) || !(0.0..=1.0).contains(&self.llm.top_p) {
+            return bad("llm.temperature must be in 0..=2 and llm.top_p in 0..=1".into());
+        }
+        Ok(())
+    }
+
+    /// The sampling settings for generation.
+    pub fn sampling(&self) -> crate::llm::Sampling {
+        crate::llm::Sampling {
+            max_tokens: self.llm.max_tokens,
+            temperature: self.llm.temperature,
+            top_p: self.llm.top_p,
+            seed: self.llm.seed,
+            repeat_penalty: self.llm.repeat_penalty,
+            repeat_last_n: self.llm.repeat_last_n,
+            ignore_eog: false,
+        }
+    }
+
+    /// The resolved settings as TOML, for `--show-settings`.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Threads for a setting where 0 means "physical cores".
+pub fn threads(n: usize) -> usize {
+    if n > 0 {
+        n
+    } else {
+        num_cpus::get_physical().max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn run(file: Option<&str>, env: &[(&str, &str)], flags: Overrides) -> Result<Settings> {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(text) = file {
+            std::fs::write(dir.path().join("rag.toml"), text).unwrap();
+        }
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let get = move |k: &str| env.get(k).cloned();
+        resolve_with(None, flags, &get, dir.path()).map(|mut s| {
+            // Make paths comparable across temp dirs.
+            s.llm.model = s.llm.model.strip_prefix(dir.path()).map(Path::to_path_buf).unwrap_or(s.llm.model);
+            s
+        })
+    }
+
+    #[test]
+    fn precedence_is_default_file_env_flag() {
+        assert_eq!(run(None, &[], vec![]).unwrap().llm.n_ctx, 2048);
+        let file = "[llm]\nn_ctx = 1024\ntop_p = 0.5\n";
+        assert_eq!(run(Some(file), &[], vec![]).unwrap().llm.n_ctx, 1024);
+        let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], vec![]).unwrap();
+        assert_eq!((s.llm.n_ctx, s.llm.top_p), (512, 0.5));
+        let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], vec![("llm.n_ctx", Value::Integer(256))]).unwrap();
+        assert_eq!(s.llm.n_ctx, 256);
+    }
+
+    #[test]
+    fn relative_paths_follow_their_layer() {
+        let s = run(Some("[llm]\nmodel = \"m/a.gguf\"\n"), &[], vec![]).unwrap();
+        assert_eq!(s.llm.model, PathBuf::from("m/a.gguf"));
+        let s = run(None, &[("RAG_LLM_MODEL", "/abs/b.gguf")], vec![]).unwrap();
+        assert_eq!(s.llm.model, PathBuf::from("/abs/b.gguf"));
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error_naming_the_thing() {
+        let e = run(Some("[llm]\nn_ctxx = 1\n"), &[], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("rag.toml"), "{e:#}");
+        assert!(format!("{e:#}").contains("n_ctxx"), "{e:#}");
+        let e = run(Some("[llm\n"), &[], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("not valid TOML"), "{e:#}");
+        let e = run(None, &[("RAG_LLM_N_CTX", "many")], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("RAG_LLM_N_CTX"), "{e:#}");
+        let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], vec![]).unwrap_err();
+        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+    }
+}

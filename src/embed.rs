@@ -1,0 +1,153 @@
+//! Text embeddings with fastembed on ONNX Runtime, loaded from local files only (crates
+//! fastembed and ort live here and nowhere else). Also owns the embedder's tokenizer, which
+//! the chunker uses to size chunks, so a chunk is never silently truncated by the model.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Context, Result};
+use fastembed::{
+    AutoDevicePolicy, InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
+    UserDefinedEmbeddingModel,
+};
+use serde::{Deserialize, Serialize};
+use tokenizers::Tokenizer;
+
+use crate::config::{threads, EmbedSettings};
+use crate::ExitError;
+
+/// What identifies the vectors in an index: another model or dimension makes them incomparable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub dim: usize,
+    /// blake3 of the ONNX file.
+    pub file_hash: String,
+}
+
+pub struct Embedder {
+    model: TextEmbedding,
+    /// The model's tokenizer without truncation or padding, for counting.
+    counter: Tokenizer,
+    pub info: ModelInfo,
+    pub max_length: usize,
+    batch_size: usize,
+}
+
+/// ONNX Runtime allows one environment per process.
+fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
+    static ENV: OnceLock<ort::environment::Environment> = OnceLock::new();
+    if let Some(env) = ENV.get() {
+        return Ok(env.clone());
+    }
+    if !lib.is_file() {
+        return Err(ExitError::model(format!(
+            "ONNX Runtime library {} not found; run `scripts/setup.sh` or set embed.ort_lib (RAG_EMBED_ORT_LIB) to a libonnxruntime.so >= 1.24",
+            lib.display()
+        )));
+    }
+    // An absolute path: ort resolves relative ones against the executable's folder.
+    let lib = std::path::absolute(lib).unwrap_or_else(|_| lib.to_path_buf());
+    let builder = ort::init_from(&lib).map_err(|e| {
+        ExitError::model(format!(
+            "cannot load ONNX Runtime from {} ({e}); use the library fetched by `scripts/setup.sh` (1.24 or newer)",
+            lib.display()
+        ))
+    })?;
+    let env = builder
+        .with_name("rag")
+        .with_telemetry(false)
+        .build()
+        .map_err(|e| anyhow!("creating the ONNX Runtime environment: {e}"))?;
+    Ok(ENV.get_or_init(|| env).clone())
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        ExitError::model(format!(
+            "{what} {} cannot be read ({e}); run `scripts/setup.sh` or fix embed.model / embed.tokenizer_dir in rag.toml",
+            path.display()
+        ))
+    })
+}
+
+impl Embedder {
+    pub fn load(s: &EmbedSettings) -> Result<Embedder> {
+        // Tokenizing runs on the calling thread: no rayon pool competing with ONNX Runtime.
+        tokenizers::utils::parallelism::set_parallelism(false);
+        let onnx = read(&s.model, "embedding model")?;
+        let dir = &s.tokenizer_dir;
+        let files = TokenizerFiles {
+            tokenizer_file: read(&dir.join("tokenizer.json"), "tokenizer file")?,
+            config_file: read(&dir.join("config.json"), "tokenizer file")?,
+            special_tokens_map_file: read(&dir.join("special_tokens_map.json"), "tokenizer file")?,
+            tokenizer_config_file: read(&dir.join("tokenizer_config.json"), "tokenizer file")?,
+        };
+        let file_hash = blake3::hash(&onnx).to_hex().to_string();
+        // fastembed pools user-defined models with CLS unless told; MiniLM is trained for mean.
+        let model = UserDefinedEmbeddingModel::new(onnx, files)
+            .with_pooling(Pooling::Mean)
+            .with_quantization(QuantizationMode::None);
+        let env = ort_environment(&s.ort_lib)?;
+        let n = threads(s.threads);
+        let options = InitOptionsUserDefined::new()
+            .with_environment(env)
+            .with_max_length(s.max_length)
+            .with_intra_threads(n)
+            // Idle ONNX Runtime workers must not spin while llama.cpp needs the cores.
+            .with_session_config("session.intra_op.allow_spinning", "0")
+            .with_session_config("session.inter_op.allow_spinning", "0")
+            .with_auto_device(AutoDevicePolicy::PreferCPU);
+        let mut model = TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| {
+            ExitError::model(format!("cannot load the embedding model {}: {e}", s.model.display()))
+        })?;
+        let mut counter = model.tokenizer.clone();
+        counter.with_truncation(None).map_err(|e| anyhow!("configuring the tokenizer: {e}"))?;
+        counter.with_padding(None);
+        let dim = model
+            .embed(["dimension probe"], None)
+            .map_err(|e| anyhow!("running the embedding model {}: {e}", s.model.display()))?
+            .first()
+            .map(Vec::len)
+            .context("the embedding model returned no vector")?;
+        let name = s.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok(Embedder {
+            model,
+            counter,
+            info: ModelInfo { name, dim, file_hash },
+            max_length: s.max_length,
+            batch_size: s.batch_size,
+        })
+    }
+
+    /// Tokens the model sees for `text`, special tokens included.
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.counter.encode(text, true).map(|e| e.len()).unwrap_or(usize::MAX)
+    }
+
+    /// The tokenizer without special tokens, truncation or padding: the chunker's sizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.counter
+    }
+
+    /// Embeds texts in batches of similar length (less padding per batch), in input order.
+    pub fn embed(&mut self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        // Byte length tracks token length closely enough to group texts; a stable sort keeps
+        // the batches deterministic.
+        order.sort_by_key(|&i| texts[i].len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(self.batch_size) {
+            let inputs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
+            let vectors = self.model.embed(&inputs, Some(self.batch_size)).map_err(|e| anyhow!("embedding: {e}"))?;
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn embed_query(&mut self, query: &str) -> Result<Vec<f32>> {
+        self.embed(&[query.to_string()])?.pop().context("the embedding model returned no vector")
+    }
+}

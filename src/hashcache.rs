@@ -1,0 +1,75 @@
+//! SHA-256 of large files (model weights), memoized by path, size and mtime in a small JSON
+//! file, so reporting and keying by a model's hash does not re-read 100 MB on every run.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Entry {
+    size: u64,
+    mtime_ns: i64,
+    sha256: String,
+}
+
+/// The file's SHA-256 in hex. `memo` is the JSON file that remembers earlier results; it is
+/// rewritten atomically, and a damaged one is ignored.
+pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
+    let meta = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
+    let mtime_ns = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let key = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()).to_string_lossy().into_owned();
+    let mut entries: BTreeMap<String, Entry> =
+        std::fs::read_to_string(memo).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    if let Some(e) = entries.get(&key) {
+        if e.size == meta.len() && e.mtime_ns == mtime_ns {
+            return Ok(e.sha256.clone());
+        }
+    }
+    let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).with_context(|| format!("reading {}", file.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    entries.insert(key, Entry { size: meta.len(), mtime_ns, sha256: hex.clone() });
+    // Best effort: a read-only index folder only costs a re-hash next time.
+    if let Some(dir) = memo.parent() {
+        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, serde_json::to_string_pretty(&entries)?).is_ok() {
+            let _ = std::fs::rename(&tmp, memo);
+        }
+    }
+    Ok(hex)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn memoizes_and_notices_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.bin");
+        let memo = dir.path().join("memo.json");
+        std::fs::write(&file, b"abc").unwrap();
+        let h = super::sha256(&file, &memo).unwrap();
+        assert_eq!(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert!(memo.exists());
+        assert_eq!(super::sha256(&file, &memo).unwrap(), h);
+        std::fs::write(&file, b"abcd").unwrap();
+        assert_ne!(super::sha256(&file, &memo).unwrap(), h);
+    }
+}

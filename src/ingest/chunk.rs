@@ -1,0 +1,230 @@
+//! Document → chunks, pure. Splits by structure with the `text-splitter` crate (Markdown
+//! headings, then blocks, paragraphs, sentences; blank lines for code), sized in the
+//! embedding model's own tokens. Each chunk carries its heading path, which is embedded with
+//! it, its line range and a stable id.
+
+use text_splitter::{ChunkConfig, ChunkSizer, MarkdownSplitter, TextSplitter};
+
+use super::parse::Document;
+
+/// Tokens of the chunk budget kept for the heading path, which is embedded with the text.
+pub const HEADING_BUDGET: usize = 32;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    /// blake3 of path, heading and text: the same chunk gets the same id on every run and
+    /// every Rust release (never `DefaultHasher`).
+    pub id: String,
+    pub path: String,
+    /// `Guide > Install > Linux`; empty before the first heading.
+    pub heading: String,
+    /// 1-based, inclusive, in the file's own lines (text formats) or extracted text (PDF).
+    pub line_start: u32,
+    pub line_end: u32,
+    pub text: String,
+}
+
+impl Chunk {
+    /// What the embedder reads: the heading path gives a chunk its context.
+    pub fn embed_text(&self) -> String {
+        if self.heading.is_empty() {
+            self.text.clone()
+        } else {
+            format!("{}\n\n{}", self.heading, self.text)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkOptions {
+    /// Largest chunk in embedder tokens, heading path included.
+    pub max_tokens: usize,
+    pub min_tokens: usize,
+    pub overlap_tokens: usize,
+}
+
+pub fn chunk_id(path: &str, heading: &str, text: &str) -> String {
+    let mut h = blake3::Hasher::new();
+    for part in [path, heading, text] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().to_hex()[..32].to_string()
+}
+
+/// Splits a document. `sizer` counts tokens without special tokens (the embedder's tokenizer).
+pub fn chunk<S: ChunkSizer>(doc: &Document, sizer: &S, opts: ChunkOptions) -> Vec<Chunk> {
+    let body_max = opts.max_tokens.saturating_sub(HEADING_BUDGET).max(8);
+    let body_min = opts.min_tokens.clamp(1, body_max);
+    // text-splitter requires the overlap to be below the desired size.
+    let overlap = opts.overlap_tokens.min(body_min - 1);
+    let config = ChunkConfig::new(body_min..=body_max)
+        .with_sizer(sizer)
+        .with_overlap(overlap)
+        .expect("overlap is below capacity");
+    let text = doc.text.as_str();
+    let pieces: Vec<(usize, &str)> = if doc.format.has_headings() {
+        MarkdownSplitter::new(config).chunk_indices(text).collect()
+    } else {
+        // Plain text and code: the splitter's semantic levels are line breaks and blank
+        // lines, so code splits between definitions and paragraphs stay whole when they fit.
+        TextSplitter::new(config).chunk_indices(text).collect()
+    };
+    let headings = if doc.format.has_headings() { headings(text) } else { Vec::new() };
+    let title = doc.title.clone().unwrap_or_default();
+
+    let mut line = 1u32;
+    let mut line_at = 0usize;
+    let mut out = Vec::with_capacity(pieces.len());
+    for (offset, piece) in pieces {
+        if piece.trim().is_empty() {
+            continue;
+        }
+        // Offsets only grow, so lines are counted incrementally.
+        if offset >= line_at {
+            line += count_newlines(&text[line_at..offset]);
+            line_at = offset;
+        } else {
+            line = 1 + count_newlines(&text[..offset]);
+            line_at = offset;
+        }
+        let trimmed = piece.trim_end();
+        let line_end = line + count_newlines(trimmed);
+        let heading = fit_heading(heading_path(&headings, &title, offset, piece), sizer);
+        out.push(Chunk {
+            id: chunk_id(&doc.path, &heading, trimmed),
+            path: doc.path.clone(),
+            heading,
+            line_start: line,
+            line_end,
+            text: trimmed.to_string(),
+        });
+    }
+    out
+}
+
+fn count_newlines(s: &str) -> u32 {
+    s.bytes().filter(|&b| b == b'\n').count() as u32
+}
+
+/// (byte offset, level, title) of each Markdown ATX heading outside fenced code.
+fn headings(text: &str) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    let mut fence: Option<&str> = None;
+    for line in text.split_inclusive('\n') {
+        let t = line.trim_start();
+        if let Some(f) = fence {
+            if t.starts_with(f) {
+                fence = None;
+            }
+        } else if t.starts_with("```") {
+            fence = Some("```");
+        } else if t.starts_with("~~~") {
+            fence = Some("~~~");
+        } else {
+            let level = t.chars().take_while(|&c| c == '#').count();
+            if (1..=6).contains(&level) && t[level..].starts_with([' ', '\t']) {
+                let title = t[level..].trim().trim_end_matches('#').trim();
+                if !title.is_empty() {
+                    out.push((offset, level, title.to_string()));
+                }
+            }
+        }
+        offset += line.len();
+    }
+    out
+}
+
+/// The heading path in force where a chunk starts; a chunk that opens with its own heading
+/// gets that heading too.
+fn heading_path(headings: &[(usize, usize, String)], title: &str, offset: usize, piece: &str) -> String {
+    let lead = piece.len() - piece.trim_start().len();
+    let start = offset + lead;
+    let mut stack: Vec<(usize, &str)> = Vec::new();
+    for (at, level, text) in headings {
+        if *at > start {
+            break;
+        }
+        while stack.last().is_some_and(|(l, _)| *l >= *level) {
+            stack.pop();
+        }
+        stack.push((*level, text));
+    }
+    let mut parts: Vec<&str> = stack.iter().map(|(_, t)| *t).collect();
+    if !title.is_empty() && parts.first() != Some(&title) {
+        parts.insert(0, title);
+    }
+    parts.join(" > ")
+}
+
+/// Keeps the heading path within its token budget by dropping its outermost parts.
+fn fit_heading<S: ChunkSizer>(heading: String, sizer: &S) -> String {
+    let mut h = heading;
+    while !h.is_empty() && sizer.size(&h) > HEADING_BUDGET - 2 {
+        h = match h.split_once(" > ") {
+            Some((_, rest)) => rest.to_string(),
+            None => h.chars().take(h.chars().count() / 2).collect(),
+        };
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::parse::parse;
+
+    /// One token per whitespace-separated word: enough to test structure without a model.
+    struct Words;
+    impl ChunkSizer for Words {
+        fn size(&self, s: &str) -> usize {
+            s.split_whitespace().count()
+        }
+    }
+
+    fn opts(max: usize) -> ChunkOptions {
+        ChunkOptions { max_tokens: max, min_tokens: 1, overlap_tokens: 0 }
+    }
+
+    #[test]
+    fn heading_paths_and_lines() {
+        let md = "# Guide\nintro words here\n\n## Install\n\n### Linux\napt install it\n\n## Use\nrun it\n";
+        let doc = parse("g.md", md.as_bytes()).unwrap();
+        let chunks = chunk(&doc, &Words, opts(HEADING_BUDGET + 6));
+        let linux = chunks.iter().find(|c| c.text.contains("apt install")).unwrap();
+        assert_eq!(linux.heading, "Guide > Install > Linux");
+        assert_eq!(linux.line_end, 7);
+        let used = chunks.iter().find(|c| c.text.contains("run it")).unwrap();
+        assert_eq!(used.heading, "Guide > Use");
+        assert_eq!(used.line_end, 10);
+        for c in &chunks {
+            let lines: Vec<&str> = md.lines().collect();
+            let first = c.text.lines().next().unwrap();
+            assert_eq!(lines[c.line_start as usize - 1], first, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn fenced_code_is_not_a_heading_and_stays_whole() {
+        let md = "# A\n\n```sh\n# not a heading\necho hi\n```\n\ntext after\n";
+        let doc = parse("a.md", md.as_bytes()).unwrap();
+        let chunks = chunk(&doc, &Words, opts(HEADING_BUDGET + 12));
+        let code = chunks.iter().find(|c| c.text.contains("echo hi")).unwrap();
+        assert!(code.text.contains("```sh") && code.text.contains("# not a heading"), "{code:?}");
+        assert_eq!(code.heading, "A");
+    }
+
+    #[test]
+    fn ids_are_stable_and_sizes_bounded() {
+        let text = "word ".repeat(500);
+        let doc = parse("a.txt", text.as_bytes()).unwrap();
+        let a = chunk(&doc, &Words, opts(HEADING_BUDGET + 50));
+        let b = chunk(&doc, &Words, opts(HEADING_BUDGET + 50));
+        assert_eq!(a, b);
+        assert!(a.len() >= 10);
+        assert!(a.iter().all(|c| Words.size(&c.text) <= 50));
+        assert_eq!(chunk_id("p", "h", "t"), chunk_id("p", "h", "t"));
+        assert_ne!(chunk_id("p", "h", "t"), chunk_id("p", "ht", ""));
+    }
+}

@@ -1,0 +1,338 @@
+//! The ingest pipeline: walk → plan (added, changed, unchanged, removed) → parse → chunk →
+//! embed → store, in bounded batches so memory does not grow with the corpus and an
+//! interrupted run loses at most the batch in flight. One bad file is reported and counted,
+//! never fatal.
+
+pub mod chunk;
+pub mod parse;
+pub mod walk;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::embed::Embedder;
+use crate::store::{ChunkMeta, FileState, IndexMeta, Row, Store};
+use crate::ui::Ui;
+use crate::ExitError;
+use chunk::{ChunkOptions, HEADING_BUDGET};
+use walk::SourceFile;
+
+/// Chunks embedded and written per commit: bounds memory and the work an interruption loses.
+const COMMIT_CHUNKS: usize = 64;
+
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    pub rebuild: bool,
+    pub dry_run: bool,
+    pub prune: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct FileError {
+    pub path: String,
+    pub error: String,
+}
+
+/// The `--json` report (field names are part of the CLI contract).
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub files_seen: usize,
+    pub files_added: usize,
+    pub files_changed: usize,
+    pub files_unchanged: usize,
+    pub files_removed: usize,
+    pub files_failed: Vec<FileError>,
+    pub chunks_written: usize,
+    pub chunks_deleted: u64,
+    pub elapsed_ms: u64,
+    /// Embedder tokens (special tokens included) and the time spent embedding them.
+    pub embed_tokens: usize,
+    pub embed_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<Plan>,
+}
+
+/// What an ingest would do, by path.
+#[derive(Debug, Default, Serialize)]
+pub struct Plan {
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub removed: Vec<String>,
+    pub unchanged: usize,
+}
+
+/// A file that needs (re)indexing, with the bytes already read for hashing.
+struct Todo {
+    file: SourceFile,
+    bytes: Vec<u8>,
+    hash: String,
+}
+
+/// Holds the index's ingest lock for the life of the value. The OS drops an flock with its
+/// process, so a lock left by a killed ingest is free again: no stale-lock heuristics needed.
+struct IngestLock {
+    _file: File,
+}
+
+fn lock(dir: &Path) -> Result<IngestLock> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating the index folder {}", dir.display()))?;
+    let path = dir.join("ingest.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(ExitError::usage(format!(
+                "another `rag ingest` is writing the index at {} (pid {}); wait for it to finish",
+                dir.display(),
+                holder.trim()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e).context(format!("locking {}", path.display())),
+    }
+    file.set_len(0)?;
+    write!(file, "{}", std::process::id())?;
+    Ok(IngestLock { _file: file })
+}
+
+pub fn run(
+    settings: &Settings,
+    inputs: &[std::path::PathBuf],
+    opts: &IngestOptions,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Report> {
+    let started = Instant::now();
+    let dir = &settings.index.dir;
+    let _lock = if opts.dry_run { None } else { Some(lock(dir)?) };
+    let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
+
+    let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes)?;
+    let mut report = Report { files_seen: walked.files.len(), ..Report::default() };
+    for (path, why) in &walked.skipped {
+        report.files_failed.push(FileError { path: path.clone(), error: why.clone() });
+    }
+
+    if opts.rebuild && !opts.dry_run {
+        remove_index(dir)?;
+    }
+    let existing = if Store::exists(dir) && !(opts.rebuild && opts.dry_run) {
+        Some(rt.block_on(Store::open(dir))?)
+    } else {
+        None
+    };
+    let states = match &existing {
+        Some(s) => rt.block_on(s.file_states())?,
+        None => HashMap::new(),
+    };
+
+    // Plan. Size and mtime equal to the record means unchanged without reading the file;
+    // otherwise the content hash decides.
+    let mut todo = Vec::new();
+    let mut plan = Plan::default();
+    let mut seen = std::collections::HashSet::new();
+    for file in walked.files {
+        seen.insert(file.rel.clone());
+        let old = states.get(&file.rel);
+        if old.is_some_and(|o| o.size == file.size && o.mtime_ns == file.mtime_ns) {
+            plan.unchanged += 1;
+            continue;
+        }
+        let bytes = match std::fs::read(&file.abs) {
+            Ok(b) => b,
+            Err(e) => {
+                report.files_failed.push(FileError { path: file.rel.clone(), error: format!("unreadable: {e}") });
+                continue;
+            }
+        };
+        let hash = parse::content_hash(&bytes);
+        match old {
+            Some(o) if o.hash == hash => plan.unchanged += 1,
+            Some(_) => {
+                plan.changed.push(file.rel.clone());
+                todo.push(Todo { file, bytes, hash });
+            }
+            None => {
+                plan.added.push(file.rel.clone());
+                todo.push(Todo { file, bytes, hash });
+            }
+        }
+    }
+    if opts.prune {
+        plan.removed = states
+            .keys()
+            .filter(|p| !seen.contains(*p) && walk::in_scope(p, &walked.scopes))
+            .cloned()
+            .collect();
+        plan.removed.sort();
+    }
+    report.files_added = plan.added.len();
+    report.files_changed = plan.changed.len();
+    report.files_unchanged = plan.unchanged;
+    report.files_removed = plan.removed.len();
+
+    if opts.dry_run {
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        report.dry_run = Some(plan);
+        return Ok(report);
+    }
+
+    let mut embedder = Embedder::load(&settings.embed)?;
+    let meta = IndexMeta::new(
+        embedder.info.clone(),
+        ChunkMeta {
+            max_tokens: settings.chunk.max_tokens,
+            min_tokens: settings.chunk.min_tokens,
+            overlap_tokens: settings.chunk.overlap_tokens,
+        },
+        root.clone(),
+    );
+    let store = match existing {
+        Some(s) => {
+            s.check(&meta)?;
+            s
+        }
+        None => rt.block_on(Store::open_or_create(dir, meta))?,
+    };
+
+    if !plan.removed.is_empty() {
+        let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
+        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
+    }
+
+    let old_chunks: HashMap<&str, u32> = states.values().map(|s| (s.path.as_str(), s.chunks)).collect();
+    let chunk_opts = ChunkOptions {
+        max_tokens: settings.chunk.max_tokens.min(embedder.max_length.saturating_sub(2)),
+        min_tokens: settings.chunk.min_tokens,
+        overlap_tokens: settings.chunk.overlap_tokens,
+    };
+    debug_assert!(chunk_opts.max_tokens > HEADING_BUDGET);
+
+    let bar = ui.progress(todo.len() as u64, "embedding");
+    let mut pending: Vec<(FileState, Vec<chunk::Chunk>)> = Vec::new();
+    let mut pending_chunks = 0;
+    let mut embed_tokens = 0usize;
+    let n_todo = todo.len();
+    for (i, t) in todo.into_iter().enumerate() {
+        bar.set_position(i as u64);
+        let doc = match parse::parse(&t.file.rel, &t.bytes) {
+            Ok(d) => d,
+            Err(e) => {
+                report.files_failed.push(FileError { path: t.file.rel.clone(), error: format!("{e:#}") });
+                continue;
+            }
+        };
+        for w in &doc.warnings {
+            ui.warn(&format!("{}: {w}", t.file.rel));
+        }
+        let chunks = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            chunk::chunk(&doc, embedder.tokenizer(), chunk_opts)
+        })) {
+            Ok(c) => c,
+            Err(_) => {
+                report.files_failed.push(FileError { path: t.file.rel.clone(), error: "the chunker failed on this file".into() });
+                continue;
+            }
+        };
+        let state = FileState {
+            path: t.file.rel.clone(),
+            hash: t.hash,
+            size: t.file.size,
+            mtime_ns: t.file.mtime_ns,
+            chunks: chunks.len() as u32,
+        };
+        pending_chunks += chunks.len();
+        pending.push((state, chunks));
+        if pending_chunks >= COMMIT_CHUNKS || i + 1 == n_todo {
+            let (written, deleted, tokens, ms) = commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
+            report.chunks_written += written;
+            report.chunks_deleted += deleted;
+            embed_tokens += tokens;
+            report.embed_ms += ms;
+            pending_chunks = 0;
+            let secs = (report.embed_ms as f64 / 1e3).max(1e-9);
+            bar.set_message(format!("{:.0} tok/s", embed_tokens as f64 / secs));
+        }
+    }
+    if !pending.is_empty() {
+        let (written, deleted, tokens, ms) = commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
+        report.chunks_written += written;
+        report.chunks_deleted += deleted;
+        embed_tokens += tokens;
+        report.embed_ms += ms;
+    }
+    report.embed_tokens = embed_tokens;
+    bar.finish_and_clear();
+
+    if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
+        let spin = ui.spinner("updating the full-text index");
+        rt.block_on(store.refresh_text_index())?;
+        spin.finish_and_clear();
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Embeds and writes the pending files; returns (chunks written, chunks replaced, embedder
+/// tokens, milliseconds spent embedding).
+fn commit(
+    store: &Store,
+    embedder: &mut Embedder,
+    pending: &mut Vec<(FileState, Vec<chunk::Chunk>)>,
+    old_chunks: &HashMap<&str, u32>,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(usize, u64, usize, u64)> {
+    let texts: Vec<String> = pending.iter().flat_map(|(_, cs)| cs.iter().map(chunk::Chunk::embed_text)).collect();
+    let tokens = texts.iter().map(|t| embedder.count_tokens(t)).sum();
+    let started = Instant::now();
+    let vectors = embedder.embed(&texts)?;
+    let embed_ms = started.elapsed().as_millis() as u64;
+    let mut rows = Vec::with_capacity(texts.len());
+    let mut v = vectors.iter();
+    for (state, chunks) in pending.iter() {
+        for c in chunks {
+            rows.push(Row {
+                id: &c.id,
+                path: &c.path,
+                heading: &c.heading,
+                line_start: c.line_start,
+                line_end: c.line_end,
+                text: &c.text,
+                file_hash: &state.hash,
+                vector: v.next().map(Vec::as_slice).unwrap_or(&[]),
+            });
+        }
+    }
+    let files: Vec<FileState> = pending.iter().map(|(s, _)| s.clone()).collect();
+    rt.block_on(store.replace_files(&files, &rows))?;
+    let replaced = files.iter().map(|f| u64::from(old_chunks.get(f.path.as_str()).copied().unwrap_or(0))).sum();
+    let written = rows.len();
+    pending.clear();
+    Ok((written, replaced, tokens, embed_ms))
+}
+
+/// Removes what rag wrote in the index folder (and nothing else a user may have put there).
+fn remove_index(dir: &Path) -> Result<()> {
+    for name in ["chunks.lance", "files.lance", "index.json", "prompt-cache"] {
+        let p = dir.join(name);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+        } else if p.exists() {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+    }
+    Ok(())
+}

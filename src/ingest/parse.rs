@@ -1,0 +1,305 @@
+//! Bytes → text, per format. Output text keeps the source's line structure where the format
+//! has lines (so line ranges point into the real file), and marks headings the Markdown way
+//! (`# Title`) so one chunker handles every format. Owns binary detection and content hashes.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Result};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Markdown,
+    Text,
+    Rst,
+    AsciiDoc,
+    Html,
+    Code,
+    Pdf,
+}
+
+impl Format {
+    /// The format for a path, from its extension; `None` for files rag does not read.
+    pub fn of(path: &str) -> Option<Format> {
+        let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+        let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+        Some(match ext {
+            "md" | "markdown" | "mdx" => Format::Markdown,
+            "txt" | "text" | "" if !name.is_empty() => Format::Text,
+            "rst" => Format::Rst,
+            "adoc" | "asciidoc" => Format::AsciiDoc,
+            "html" | "htm" | "xhtml" => Format::Html,
+            "pdf" => Format::Pdf,
+            e if CODE_EXTENSIONS.contains(&e) => Format::Code,
+            _ => return None,
+        })
+    }
+
+    /// Whether headings in the text are Markdown headings the chunker should follow.
+    pub fn has_headings(self) -> bool {
+        !matches!(self, Format::Code | Format::Text)
+    }
+}
+
+const CODE_EXTENSIONS: &[&str] = &[
+    "rs", "py", "js", "mjs", "ts", "tsx", "jsx", "go", "c", "h", "cc", "cpp", "hpp", "cxx", "java", "kt", "swift", "rb",
+    "php", "cs", "scala", "sh", "bash", "zsh", "lua", "sql", "toml", "yaml", "yml", "json", "hs", "ml", "ex", "exs",
+    "erl", "clj", "r", "jl", "zig", "nim", "dart", "pl", "proto", "cmake", "mk", "css", "scss", "vue", "svelte",
+];
+
+/// A parsed file.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub path: String,
+    pub format: Format,
+    pub text: String,
+    pub title: Option<String>,
+    pub tags: Vec<String>,
+    /// Problems that did not stop parsing (for example invalid UTF-8).
+    pub warnings: Vec<String>,
+}
+
+/// Parses `bytes` of the file at `path` (used for the format and in messages).
+pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
+    let format = Format::of(path).ok_or_else(|| anyhow!("unsupported file type"))?;
+    let mut warnings = Vec::new();
+    if bytes.is_empty() {
+        bail!("empty file");
+    }
+    if format == Format::Pdf {
+        let text = pdf_text(bytes)?;
+        return Ok(Document { path: path.into(), format, text, title: None, tags: vec![], warnings });
+    }
+    // A NUL byte in the first 8 KiB is how git and ripgrep tell binary files too.
+    if bytes.iter().take(8192).any(|&b| b == 0) {
+        bail!("binary file (NUL bytes)");
+    }
+    let text = match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(e) => {
+            warnings.push(format!("invalid UTF-8 at byte {}; decoded lossily", e.valid_up_to()));
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+    };
+    let text = text.replace("\r\n", "\n");
+    let (text, title, tags) = match format {
+        Format::Markdown => front_matter(&text, &mut warnings),
+        Format::Html => (html_text(&text), None, vec![]),
+        Format::Rst => (underlined_headings(&text), None, vec![]),
+        Format::AsciiDoc => (asciidoc_headings(&text), None, vec![]),
+        Format::Text | Format::Code | Format::Pdf => (text, None, vec![]),
+    };
+    if text.trim().is_empty() {
+        bail!("no text");
+    }
+    Ok(Document { path: path.into(), format, text, title, tags, warnings })
+}
+
+/// Splits YAML front matter off Markdown. The front matter's lines are blanked, not removed,
+/// so line numbers still match the file.
+fn front_matter(text: &str, warnings: &mut Vec<String>) -> (String, Option<String>, Vec<String>) {
+    #[derive(Deserialize, Default)]
+    struct Front {
+        title: Option<String>,
+        #[serde(default)]
+        tags: Tags,
+    }
+    #[derive(Deserialize, Default)]
+    #[serde(untagged)]
+    enum Tags {
+        #[default]
+        None,
+        One(String),
+        Many(Vec<String>),
+    }
+    let Some(rest) = text.strip_prefix("---\n") else {
+        return (text.to_string(), None, vec![]);
+    };
+    let Some(end) = rest.find("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|r| r.len())) else {
+        return (text.to_string(), None, vec![]);
+    };
+    let yaml = &rest[..end];
+    let front: Front = match serde_yaml::from_str::<BTreeMap<String, serde_yaml::Value>>(yaml) {
+        Ok(_) => serde_yaml::from_str(yaml).unwrap_or_default(),
+        Err(e) => {
+            warnings.push(format!("front matter is not valid YAML ({e}); kept as text"));
+            return (text.to_string(), None, vec![]);
+        }
+    };
+    let n_lines = yaml.lines().count() + 2;
+    let body_start = (4 + end + 5).min(text.len());
+    let body = format!("{}{}", "\n".repeat(n_lines), &text[body_start..]);
+    let tags = match front.tags {
+        Tags::None => vec![],
+        Tags::One(t) => t.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        Tags::Many(v) => v,
+    };
+    (body, front.title, tags)
+}
+
+/// reStructuredText: a line underlined (and optionally overlined) with punctuation is a
+/// heading; levels follow the order in which underline styles first appear.
+fn underlined_headings(text: &str) -> String {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let mut styles: Vec<char> = Vec::new();
+    let is_rule = |l: &str| {
+        let l = l.trim_end();
+        let mut chars = l.chars();
+        match chars.next() {
+            Some(c) if "=-~^\"'`#*+:._".contains(c) => l.len() >= 3 && chars.all(|x| x == c),
+            _ => false,
+        }
+    };
+    for i in 1..lines.len() {
+        let title = lines[i - 1].trim();
+        if is_rule(lines[i]) && !title.is_empty() && !is_rule(title) && lines[i].trim_end().len() >= title.len().min(3) {
+            let c = lines[i].chars().next().unwrap_or('=');
+            let level = styles.iter().position(|&s| s == c).unwrap_or_else(|| {
+                styles.push(c);
+                styles.len() - 1
+            });
+            out[i - 1] = format!("{} {}", "#".repeat((level + 1).min(6)), title);
+            out[i] = String::new();
+            if i >= 2 && is_rule(lines[i - 2]) {
+                out[i - 2] = String::new();
+            }
+        }
+    }
+    out.join("\n")
+}
+
+/// AsciiDoc: `= Title`, `== Section`, … become Markdown headings.
+fn asciidoc_headings(text: &str) -> String {
+    text.split('\n')
+        .map(|l| {
+            let level = l.chars().take_while(|&c| c == '=').count();
+            if (1..=6).contains(&level) && l[level..].starts_with(' ') {
+                format!("{}{}", "#".repeat(level), &l[level..])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// HTML: the visible text, one block per line, headings as Markdown headings. Scripts,
+/// styles, navigation, headers, footers and forms are dropped.
+fn html_text(html: &str) -> String {
+    use scraper::{Html, Node};
+    let doc = Html::parse_document(html);
+    let mut out = String::new();
+    fn walk(node: ego_tree::NodeRef<'_, Node>, out: &mut String) {
+        for child in node.children() {
+            match child.value() {
+                Node::Text(t) => {
+                    let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+                    if !t.is_empty() {
+                        if !out.is_empty() && !out.ends_with(['\n', ' ']) {
+                            out.push(' ');
+                        }
+                        out.push_str(&t);
+                    }
+                }
+                Node::Element(e) => {
+                    let name = e.name();
+                    if matches!(
+                        name,
+                        "script" | "style" | "nav" | "header" | "footer" | "noscript" | "template" | "form" | "svg" | "head"
+                    ) {
+                        continue;
+                    }
+                    let heading = match name {
+                        "h1" => 1,
+                        "h2" => 2,
+                        "h3" => 3,
+                        "h4" => 4,
+                        "h5" => 5,
+                        "h6" => 6,
+                        _ => 0,
+                    };
+                    let block = heading > 0
+                        || matches!(
+                            name,
+                            "p" | "div" | "li" | "br" | "tr" | "pre" | "section" | "article" | "blockquote" | "table" | "ul" | "ol" | "dt" | "dd" | "main"
+                        );
+                    if block && !out.is_empty() && !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                    if heading > 0 {
+                        out.push('\n');
+                        out.push_str(&"#".repeat(heading));
+                        out.push(' ');
+                    }
+                    walk(child, out);
+                    if block && !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    walk(doc.tree.root(), &mut out);
+    out
+}
+
+/// PDF text with pdf-extract (pure Rust). It is known to panic on some malformed files; a
+/// panic there is one bad file, not a crashed ingest.
+fn pdf_text(bytes: &[u8]) -> Result<String> {
+    let bytes = bytes.to_vec();
+    let result = std::panic::catch_unwind(move || pdf_extract::extract_text_from_mem(&bytes));
+    match result {
+        Ok(Ok(text)) if !text.trim().is_empty() => Ok(text),
+        Ok(Ok(_)) => bail!("PDF has no extractable text (scanned images?)"),
+        Ok(Err(e)) => bail!("unreadable PDF: {e}"),
+        Err(_) => bail!("unreadable PDF (the PDF parser failed on it)"),
+    }
+}
+
+/// blake3 of the file's bytes: what decides whether a file changed.
+pub fn content_hash(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_from_extensions() {
+        assert_eq!(Format::of("a/b.md"), Some(Format::Markdown));
+        assert_eq!(Format::of("README"), Some(Format::Text));
+        assert_eq!(Format::of("x.rs"), Some(Format::Code));
+        assert_eq!(Format::of("x.png"), None);
+    }
+
+    #[test]
+    fn front_matter_keeps_line_numbers() {
+        let d = parse("a.md", b"---\ntitle: Hello\ntags: [a, b]\n---\n# H\nbody\n").unwrap();
+        assert_eq!(d.title.as_deref(), Some("Hello"));
+        assert_eq!(d.tags, vec!["a", "b"]);
+        assert_eq!(d.text.lines().nth(4), Some("# H"));
+    }
+
+    #[test]
+    fn rst_and_html_headings() {
+        let d = parse("a.rst", b"Title\n=====\n\ntext\n\nSub\n---\nmore\n").unwrap();
+        assert!(d.text.starts_with("# Title\n"), "{}", d.text);
+        assert!(d.text.contains("\n## Sub\n"), "{}", d.text);
+        let h = parse("a.html", b"<html><head><title>t</title><script>x()</script></head><body><nav>menu</nav><h2>Part</h2><p>Hello <b>world</b></p></body></html>").unwrap();
+        assert!(h.text.contains("## Part"), "{}", h.text);
+        assert!(h.text.contains("Hello world"), "{}", h.text);
+        assert!(!h.text.contains("menu") && !h.text.contains("x()"), "{}", h.text);
+    }
+
+    #[test]
+    fn bad_bytes() {
+        assert!(parse("a.txt", b"").is_err());
+        assert!(parse("a.txt", b"ab\0cd").unwrap_err().to_string().contains("binary"));
+        let d = parse("a.txt", b"caf\xe9 au lait").unwrap();
+        assert_eq!(d.warnings.len(), 1);
+        assert!(parse("a.pdf", b"%PDF-1.4 garbage").is_err());
+    }
+}

@@ -1,0 +1,147 @@
+//! Which files to index: a gitignore-aware walk (the `ignore` crate, as in ripgrep) that also
+//! reads `.ragignore`, skips hidden files, never follows symlinks, and reports files that are
+//! too large. Never reads file contents.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use anyhow::Result;
+
+use super::parse::Format;
+use crate::ExitError;
+
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    pub abs: PathBuf,
+    /// Path relative to the project root with `/` separators (absolute when outside it), so
+    /// the index survives moving the project folder.
+    pub rel: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Walked {
+    pub files: Vec<SourceFile>,
+    /// (path, reason) of files that were found but will not be read.
+    pub skipped: Vec<(String, String)>,
+    /// Relative prefixes the walk covered: only stored files under these can be pruned.
+    pub scopes: Vec<String>,
+}
+
+pub fn relative(root: &Path, abs: &Path) -> String {
+    match abs.strip_prefix(root) {
+        Ok(rel) => rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"),
+        Err(_) => abs.to_string_lossy().into_owned(),
+    }
+}
+
+/// Walks `inputs` (files or folders). `root` must be absolute and canonical.
+pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
+    let mut found: BTreeMap<String, SourceFile> = BTreeMap::new();
+    let mut out = Walked::default();
+    for input in inputs {
+        let abs = std::fs::canonicalize(input).map_err(|e| {
+            ExitError::usage(format!("cannot read {} ({e}); give an existing file or folder", input.display()))
+        })?;
+        out.scopes.push(relative(root, &abs));
+        let explicit_file = abs.is_file();
+        let walker = ignore::WalkBuilder::new(&abs)
+            .hidden(true)
+            .follow_links(false)
+            .git_ignore(true)
+            .git_exclude(true)
+            .git_global(false)
+            // .gitignore applies even when the folder is not a git checkout.
+            .require_git(false)
+            .add_custom_ignore_filename(".ragignore")
+            .sort_by_file_path(|a, b| a.cmp(b))
+            .build();
+        for entry in walker {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    out.skipped.push((e.to_string(), "unreadable".into()));
+                    continue;
+                }
+            };
+            let Some(ft) = entry.file_type() else { continue };
+            if !ft.is_file() {
+                if ft.is_symlink() {
+                    out.skipped.push((relative(root, entry.path()), "symbolic link (not followed)".into()));
+                }
+                continue;
+            }
+            let rel = relative(root, entry.path());
+            if Format::of(&rel).is_none() {
+                if explicit_file {
+                    out.skipped.push((rel, "unsupported file type".into()));
+                }
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) => {
+                    out.skipped.push((rel, format!("unreadable: {e}")));
+                    continue;
+                }
+            };
+            if meta.len() > max_bytes {
+                out.skipped.push((
+                    rel,
+                    format!("{} bytes is over chunk.max_file_bytes = {max_bytes}", meta.len()),
+                ));
+                continue;
+            }
+            let mtime_ns = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            found.insert(
+                rel.clone(),
+                SourceFile { abs: entry.path().to_path_buf(), rel, size: meta.len(), mtime_ns },
+            );
+        }
+    }
+    out.files = found.into_values().collect();
+    Ok(out)
+}
+
+/// Whether a stored path lies under one of the walked scopes.
+pub fn in_scope(path: &str, scopes: &[String]) -> bool {
+    scopes.iter().any(|s| s.is_empty() || path == s || path.strip_prefix(s.as_str()).is_some_and(|r| r.starts_with('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn respects_ignore_files_and_hidden() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let w = |p: &str, s: &str| {
+            let p = root.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, s).unwrap();
+        };
+        w("docs/a.md", "# A");
+        w("docs/skip.md", "# no");
+        w("docs/.hidden.md", "# no");
+        w("docs/img.png", "x");
+        w("docs/.gitignore", "skip.md\n");
+        w("docs/sub/b.txt", "b");
+        w("docs/sub/.ragignore", "*.txt\n");
+        w("docs/big.md", &"x".repeat(100));
+        let out = walk(&root, &[root.join("docs")], 50).unwrap();
+        let rels: Vec<&str> = out.files.iter().map(|f| f.rel.as_str()).collect();
+        assert_eq!(rels, vec!["docs/a.md"]);
+        assert!(out.skipped.iter().any(|(p, why)| p == "docs/big.md" && why.contains("max_file_bytes")));
+        assert_eq!(out.scopes, vec!["docs"]);
+        assert!(in_scope("docs/x.md", &out.scopes));
+        assert!(!in_scope("docsx/x.md", &out.scopes));
+    }
+}

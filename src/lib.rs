@@ -1,0 +1,239 @@
+//! rag: fast, offline retrieval-augmented generation on a plain CPU.
+//!
+//! # Layout
+//!
+//! Data flows one way. `rag ingest`: [`ingest::walk`] finds files → [`ingest::parse`] turns
+//! bytes into text → [`ingest::chunk`] splits it by structure, sized in the embedder's tokens
+//! → [`embed`] makes vectors → [`store`] writes LanceDB rows. `rag ask`: [`embed`] the
+//! question → [`retrieve`] (vector + BM25, fused) → [`ask::prompt`] packs sources into the
+//! context window → [`llm`] runs llama.cpp → [`ui`] prints the answer and its sources.
+//!
+//! Each third-party API that moves fast stays in one module: llama-cpp-2 in [`llm`],
+//! fastembed and ort in [`embed`], lancedb and arrow in [`store`]. [`config`] alone reads
+//! `rag.toml` and the environment; [`ui`] alone prints; `main.rs` only maps errors to exit
+//! codes ([`Exit`]).
+
+pub mod ask;
+pub mod bench;
+pub mod chat;
+pub mod cli;
+pub mod config;
+pub mod embed;
+pub mod hashcache;
+pub mod ingest;
+pub mod llm;
+pub mod promptcache;
+pub mod retrieve;
+pub mod store;
+pub mod ui;
+
+use std::fmt;
+
+use anyhow::Result;
+use toml::Value;
+
+use cli::{Cli, Command};
+use retrieve::Mode;
+
+/// Exit codes: stable, documented in README and `--help`, because scripts branch on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Exit {
+    Success = 0,
+    Failure = 1,
+    Usage = 2,
+    NoIndex = 3,
+    IncompatibleIndex = 4,
+    Model = 5,
+    Abstained = 6,
+    PartialIngest = 7,
+}
+
+/// An error that decides the exit code. Everything else exits with [`Exit::Failure`].
+#[derive(Debug)]
+pub struct ExitError {
+    pub exit: Exit,
+    pub message: String,
+}
+
+impl fmt::Display for ExitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitError {}
+
+impl ExitError {
+    fn new(exit: Exit, message: String) -> anyhow::Error {
+        anyhow::Error::new(ExitError { exit, message })
+    }
+    pub fn usage(message: String) -> anyhow::Error {
+        ExitError::new(Exit::Usage, message)
+    }
+    pub fn no_index(message: String) -> anyhow::Error {
+        ExitError::new(Exit::NoIndex, message)
+    }
+    pub fn incompatible(message: String) -> anyhow::Error {
+        ExitError::new(Exit::IncompatibleIndex, message)
+    }
+    pub fn model(message: String) -> anyhow::Error {
+        ExitError::new(Exit::Model, message)
+    }
+}
+
+/// The exit code an error maps to: the first [`ExitError`] in its chain decides.
+pub fn exit_code_of(err: &anyhow::Error) -> Exit {
+    err.chain().find_map(|e| e.downcast_ref::<ExitError>()).map_or(Exit::Failure, |e| e.exit)
+}
+
+/// A closed stdout (`rag ask … | head -1`) is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// Flags that override settings, as (`section.key`, value).
+fn overrides(cli: &Cli) -> config::Overrides {
+    let mut o: config::Overrides = Vec::new();
+    let path = |p: &std::path::Path| Value::String(p.to_string_lossy().into_owned());
+    if let Some(dir) = &cli.global.index {
+        o.push(("index.dir", path(dir)));
+    }
+    let retrieval = |o: &mut config::Overrides, r: &cli::RetrievalArgs| {
+        if let Some(k) = r.top_k {
+            o.push(("retrieval.top_k", Value::Integer(k as i64)));
+        }
+        if let Some(m) = r.mode {
+            let m = match m {
+                cli::Mode::Hybrid => "hybrid",
+                cli::Mode::Vector => "vector",
+                cli::Mode::Text => "text",
+            };
+            o.push(("retrieval.mode", Value::String(m.into())));
+        }
+    };
+    match &cli.command {
+        Command::Ingest(a) => {
+            if let Some(b) = a.batch_size {
+                o.push(("embed.batch_size", Value::Integer(b as i64)));
+            }
+        }
+        Command::Search(a) => retrieval(&mut o, &a.retrieval),
+        Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
+        Command::Ask(cli::AskArgs { retrieval: r, gen: a, .. }) | Command::Chat(cli::ChatArgs { retrieval: r, gen: a }) => {
+            retrieval(&mut o, r);
+            gen(&mut o, a);
+        }
+    }
+    o
+}
+
+/// Generation flags shared by `ask`, `chat` and `bench-llm`.
+fn gen(o: &mut config::Overrides, a: &cli::GenArgs) {
+    match a.model.as_deref() {
+        Some(r @ ("small" | "large" | "auto")) => o.push(("llm.route", Value::String(r.into()))),
+        Some(file) => {
+            o.push(("llm.model", Value::String(file.into())));
+            o.push(("llm.route", Value::String("small".into())));
+        }
+        None => {}
+    }
+    let int = |v: Option<i64>| v.map(Value::Integer);
+    let float = |v: Option<f32>| v.map(|x| Value::Float(f64::from(x)));
+    for (key, value) in [
+        ("llm.max_tokens", int(a.max_tokens.map(i64::from))),
+        ("llm.seed", int(a.seed.map(i64::from))),
+        ("llm.n_ctx", int(a.n_ctx.map(i64::from))),
+        ("llm.threads", int(a.threads.map(|t| t as i64))),
+        ("llm.threads_batch", int(a.threads.map(|t| t as i64))),
+        ("llm.temperature", float(a.temperature)),
+        ("llm.top_p", float(a.top_p)),
+    ] {
+        if let Some(v) = value {
+            o.push((key, v));
+        }
+    }
+}
+
+/// Resolves settings and runs one command.
+pub fn run(cli: Cli) -> Result<Exit> {
+    let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
+    let ui = ui::Ui { quiet: cli.global.quiet };
+    if cli.global.show_settings {
+        ui.out(&settings.to_toml())?;
+        return Ok(Exit::Success);
+    }
+    // lancedb is async; everything else here is CPU-bound and runs on this thread.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match &cli.command {
+        Command::Ingest(a) => {
+            let opts = ingest::IngestOptions { rebuild: a.rebuild, dry_run: a.dry_run, prune: !a.no_prune };
+            let report = ingest::run(&settings, &a.paths, &opts, &ui, &rt)?;
+            if a.json {
+                ui.json(&report)?;
+            } else {
+                print_ingest(&ui, &report)?;
+            }
+            Ok(if report.files_failed.is_empty() { Exit::Success } else { Exit::PartialIngest })
+        }
+        Command::Search(a) => ask::search(&settings, &query(&settings, &a.query, &a.retrieval), a.json, &ui, &rt),
+        Command::Ask(a) => {
+            let o = ask::AskOptions {
+                stream: !a.no_stream,
+                dry_run: a.dry_run,
+                json: a.json,
+                ndjson: a.ndjson,
+                stats: a.stats,
+                cache: !a.no_cache,
+            };
+            ask::ask(&settings, &query(&settings, &a.question, &a.retrieval), &o, &ui, &rt)
+        }
+        Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
+        Command::Chat(a) => {
+            let o = chat::ChatOptions { verbose: a.retrieval.verbose };
+            chat::run(&settings, &query(&settings, "", &a.retrieval), &o, &ui, &rt)
+        }
+    }
+}
+
+fn query(settings: &config::Settings, text: &str, r: &cli::RetrievalArgs) -> ask::Query {
+    ask::Query {
+        text: text.to_string(),
+        mode: Mode::parse(&settings.retrieval.mode),
+        top_k: settings.retrieval.top_k,
+        filter: retrieve::filter(r.path_glob.as_deref(), r.where_sql.as_deref()),
+        verbose: r.verbose,
+    }
+}
+
+fn print_ingest(ui: &ui::Ui, r: &ingest::Report) -> Result<()> {
+    if let Some(plan) = &r.dry_run {
+        for (what, list) in [("add", &plan.added), ("change", &plan.changed), ("remove", &plan.removed)] {
+            for p in list {
+                ui.outln(&format!("{what:7} {p}"))?;
+            }
+        }
+        ui.info(&format!("dry run: nothing written ({} unchanged)", plan.unchanged));
+        return Ok(());
+    }
+    for f in &r.files_failed {
+        ui.warn(&format!("{}: {}", f.path, f.error));
+    }
+    ui.info(&format!(
+        "{} files: {} added, {} changed, {} unchanged, {} removed, {} failed · {} chunks written, {} deleted · {:.1} s",
+        r.files_seen,
+        r.files_added,
+        r.files_changed,
+        r.files_unchanged,
+        r.files_removed,
+        r.files_failed.len(),
+        r.chunks_written,
+        r.chunks_deleted,
+        r.elapsed_ms as f64 / 1e3
+    ));
+    Ok(())
+}

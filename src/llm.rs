@@ -1,0 +1,482 @@
+//! llama.cpp, and only here (crate llama-cpp-2): load a GGUF file, render the model's chat
+//! template into tokens without letting document text become control tokens, prefill in
+//! `n_batch` slices with logits for the last token only, sample, and stream UTF-8-safe pieces.
+//!
+//! A [`Session`] owns one `LlamaContext` and remembers which tokens its KV cache holds, so a
+//! new prompt that shares a prefix with the previous one only prefills the rest.
+
+use std::io::Read;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use crate::ExitError;
+
+/// llama.cpp allows one backend per process.
+fn backend() -> Result<&'static LlamaBackend> {
+    static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp logs every tensor to stderr; route it to `tracing`, which is silent
+            // unless a subscriber is installed, so stderr stays for people.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| anyhow!("initialising llama.cpp: {e}"))
+}
+
+/// A chat message whose content is a list of parts; each part is tokenized on its own, so
+/// an earlier part's tokens never depend on a later one (stable prefixes for the KV cache).
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub role: &'static str,
+    pub parts: Vec<String>,
+}
+
+/// How the context is built.
+#[derive(Debug, Clone)]
+pub struct ContextParams {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub threads: usize,
+    pub threads_batch: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct Sampling {
+    pub max_tokens: u32,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u32,
+    /// Penalty on tokens seen in the last `repeat_last_n` (1.0 = off). Small models fall into
+    /// loops at temperature 0 without it.
+    pub repeat_penalty: f32,
+    pub repeat_last_n: i32,
+    /// Keep generating past end-of-text (benchmarks only).
+    pub ignore_eog: bool,
+}
+
+impl Sampling {
+    /// Plain greedy decoding of up to `max_tokens`, no penalties.
+    pub fn greedy(max_tokens: u32) -> Sampling {
+        Sampling {
+            max_tokens,
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+            repeat_penalty: 1.0,
+            repeat_last_n: 0,
+            ignore_eog: false,
+        }
+    }
+}
+
+/// The shortest period of an exact repeat at the end of `tokens` that has occurred `times`
+/// times in a row (periods of 8 to 128 tokens): a model stuck in a loop.
+pub fn repeating_tail(tokens: &[LlamaToken], times: usize) -> Option<usize> {
+    (8..=128).find(|&p| {
+        tokens.len() >= p * times
+            && (1..times).all(|k| {
+                let end = tokens.len() - (k - 1) * p;
+                tokens[end - p..end] == tokens[end - 2 * p..end - p]
+            })
+    })
+}
+
+pub struct Llm {
+    model: LlamaModel,
+    template: LlamaChatTemplate,
+    pub path: PathBuf,
+}
+
+/// Checks the file before llama.cpp sees it: llama.cpp answers a bad file with a null pointer
+/// and no reason, so we give the reason and the fix ourselves.
+fn check_gguf(path: &Path) -> Result<()> {
+    let mut f = std::fs::File::open(path).map_err(|e| {
+        ExitError::model(format!(
+            "model file {} cannot be opened ({e}); run `scripts/setup.sh` (`--large` for the large model) or point llm.model / --model at a GGUF file",
+            path.display()
+        ))
+    })?;
+    let mut magic = [0u8; 4];
+    if f.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
+        return Err(ExitError::model(format!(
+            "{} is not a GGUF model file (it does not start with `GGUF`); point llm.model / --model at a .gguf file",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+impl Llm {
+    /// Loads a GGUF model (memory-mapped). `vocab_only` loads just the tokenizer, for dry runs.
+    pub fn load(path: &Path, vocab_only: bool) -> Result<Llm> {
+        check_gguf(path)?;
+        let backend = backend()?;
+        let params = LlamaModelParams::default().with_use_mmap(true).with_vocab_only(vocab_only);
+        let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
+            ExitError::model(format!(
+                "llama.cpp could not load {} ({e}); the file may be truncated or of an unsupported architecture",
+                path.display()
+            ))
+        })?;
+        // ChatML is the common fallback for models that ship no template.
+        let template = model
+            .chat_template(None)
+            .or_else(|_| LlamaChatTemplate::new("chatml").map_err(|e| anyhow!(e)))
+            .context("reading the model's chat template")?;
+        Ok(Llm { model, template, path: path.to_path_buf() })
+    }
+
+    /// Tokens of `text`; `special` lets text like `<|im_start|>` become control tokens, so it
+    /// is true only for text that comes from the chat template itself.
+    pub fn tokenize(&self, text: &str, special: bool) -> Vec<LlamaToken> {
+        self.model.vocab().tokenize(text.as_bytes(), false, special)
+    }
+
+    pub fn count_tokens(&self, text: &str) -> usize {
+        self.tokenize(text, false).len()
+    }
+
+    pub fn n_vocab(&self) -> i32 {
+        self.model.n_vocab()
+    }
+
+    pub fn n_ctx_train(&self) -> u32 {
+        self.model.n_ctx_train()
+    }
+
+    /// Renders messages with the model's chat template and tokenizes the result: template text
+    /// with special-token parsing, message content without it.
+    pub fn chat_tokens(&self, messages: &[Message]) -> Result<Vec<LlamaToken>> {
+        // Render with sentinels in place of the content, then splice the content back in as
+        // tokens. The sentinels use private-use characters no template touches.
+        let sentinel = |i: usize| format!("\u{E000}{i}\u{E001}");
+        let chat = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| LlamaChatMessage::new(m.role.to_string(), sentinel(i)))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .context("building chat messages")?;
+        let rendered = self
+            .model
+            .apply_chat_template(&self.template, &chat, true)
+            .map_err(|e| anyhow!("applying the chat template of {}: {e}", self.path.display()))?;
+
+        let mut tokens = Vec::new();
+        let vocab = self.model.vocab();
+        if vocab.should_add_bos() {
+            tokens.push(vocab.bos());
+        }
+        let mut rest = rendered.as_str();
+        for (i, m) in messages.iter().enumerate() {
+            let s = sentinel(i);
+            let at = rest
+                .find(&s)
+                .ok_or_else(|| anyhow!("the chat template of {} dropped message {i}", self.path.display()))?;
+            tokens.extend(self.tokenize(&rest[..at], true));
+            for part in &m.parts {
+                tokens.extend(self.tokenize(part, false));
+            }
+            rest = &rest[at + s.len()..];
+        }
+        tokens.extend(self.tokenize(rest, true));
+        Ok(tokens)
+    }
+
+    pub fn session(&self, p: &ContextParams) -> Result<Session<'_>> {
+        let n_ctx = if p.n_ctx == 0 { self.model.n_ctx_train() } else { p.n_ctx };
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(p.n_batch)
+            .with_n_ubatch(p.n_batch)
+            .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
+            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
+        let ctx = self
+            .model
+            .new_context(backend()?, params)
+            .map_err(|e| anyhow!("creating a llama.cpp context of {n_ctx} tokens: {e}; try a smaller llm.n_ctx"))?;
+        Ok(Session { llm: self, ctx, tokens: Vec::new(), n_batch: p.n_batch as usize, last_logits: 0 })
+    }
+}
+
+/// What one prefill did.
+#[derive(Debug, Clone, Default)]
+pub struct Prefill {
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub ms: f64,
+}
+
+/// What one generation did.
+#[derive(Debug, Clone, Default)]
+pub struct Decode {
+    pub tokens: usize,
+    pub ms: f64,
+    /// Milliseconds from the start of decoding to the first streamed piece.
+    pub first_piece_ms: Option<f64>,
+    pub stop: StopReason,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    #[default]
+    EndOfText,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+    /// The model wrote the same stretch of tokens twice in a row (a loop).
+    Repetition,
+}
+
+pub struct Session<'m> {
+    llm: &'m Llm,
+    ctx: LlamaContext<'m>,
+    /// The tokens whose keys and values the context holds, in order (sequence 0).
+    tokens: Vec<LlamaToken>,
+    n_batch: usize,
+    /// Index, in the last decoded batch, of the token whose logits sample the next token.
+    last_logits: i32,
+}
+
+/// The llama.cpp build this binary links (KV state files are only valid within one build).
+pub const LLAMA_CPP_BUILD: &str = env!("RAG_LLAMA_CPP_BUILD");
+
+/// Token ids as plain integers, for storing.
+pub fn ids(tokens: &[LlamaToken]) -> Vec<i32> {
+    tokens.iter().map(|t| t.0).collect()
+}
+
+impl Session<'_> {
+    pub fn n_ctx(&self) -> usize {
+        self.ctx.n_ctx() as usize
+    }
+
+    /// The tokens whose keys and values the context holds.
+    pub fn tokens(&self) -> &[LlamaToken] {
+        &self.tokens
+    }
+
+    /// Writes the KV state and the tokens it holds to `path`.
+    pub fn save_state(&self, path: &Path) -> Result<()> {
+        self.ctx
+            .state_save_file(path, &self.tokens)
+            .map_err(|e| anyhow!("saving the prompt cache to {}: {e}", path.display()))
+    }
+
+    /// Loads a KV state saved by [`Session::save_state`]. It is kept only when llama.cpp
+    /// accepts the file and the tokens in it are exactly `expect`; otherwise the cache is
+    /// cleared and `false` returned. A state file does not identify its model, so the caller
+    /// must only offer files written for this model and context.
+    pub fn load_state(&mut self, path: &Path, expect: &[i32]) -> bool {
+        let loaded = self.ctx.state_load_file(path, self.n_ctx());
+        match loaded {
+            Ok(tokens) if ids(&tokens) == expect && !tokens.is_empty() && tokens.len() < self.n_ctx() => {
+                self.tokens = tokens;
+                // The saved logits belong to the last saved token; prefill always re-decodes
+                // at least one token, so they are never used.
+                true
+            }
+            _ => {
+                self.ctx.clear_kv_cache();
+                self.tokens.clear();
+                false
+            }
+        }
+    }
+
+    /// Makes the KV cache hold exactly `prompt`, reusing the longest common prefix with what it
+    /// holds now and decoding the rest in slices of at most `n_batch` tokens (a larger batch
+    /// aborts llama.cpp). Only the last token asks for logits.
+    pub fn prefill(&mut self, prompt: &[LlamaToken]) -> Result<Prefill> {
+        let start = Instant::now();
+        if prompt.is_empty() {
+            return Err(anyhow!("empty prompt"));
+        }
+        if prompt.len() >= self.n_ctx() {
+            return Err(anyhow!(
+                "the prompt has {} tokens but the context holds {}; raise llm.n_ctx or lower retrieval.top_k",
+                prompt.len(),
+                self.n_ctx()
+            ));
+        }
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        // The last prompt token is always decoded again: its logits start the answer.
+        let mut keep = common.min(prompt.len() - 1);
+        let trimmed = self
+            .ctx
+            .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
+            .map_err(|e| anyhow!("trimming the KV cache: {e}"))?;
+        if !trimmed {
+            // Some memory types cannot drop a suffix; start over rather than trust it.
+            self.ctx.clear_kv_cache();
+            keep = 0;
+        }
+        self.tokens.truncate(keep);
+
+        let mut batch = LlamaBatch::new(self.n_batch, 1);
+        let rest = &prompt[keep..];
+        for (s, slice) in rest.chunks(self.n_batch).enumerate() {
+            batch.clear();
+            let base = keep + s * self.n_batch;
+            for (i, &t) in slice.iter().enumerate() {
+                let last = base + i == prompt.len() - 1;
+                batch.add(t, (base + i) as i32, &[0], last)?;
+            }
+            self.ctx.decode(&mut batch).map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
+            self.tokens.extend_from_slice(slice);
+        }
+        self.last_logits = batch.n_tokens() - 1;
+        Ok(Prefill { prompt_tokens: prompt.len(), cached_tokens: keep, ms: start.elapsed().as_secs_f64() * 1e3 })
+    }
+
+    /// Samples up to `s.max_tokens` tokens after a prefill and hands each UTF-8-complete piece
+    /// to `on_piece`; returning `false` from it stops generation.
+    pub fn generate(&mut self, s: &Sampling, mut on_piece: impl FnMut(&str) -> bool) -> Result<Decode> {
+        let start = Instant::now();
+        let llm = self.llm;
+        let mut chain = Vec::new();
+        if s.repeat_penalty != 1.0 && s.repeat_last_n != 0 {
+            chain.push(LlamaSampler::penalties(llm.n_vocab(), s.repeat_last_n, s.repeat_penalty, 0.0, 0.0));
+        }
+        if s.temperature <= 0.0 {
+            chain.push(LlamaSampler::greedy());
+        } else {
+            chain.push(LlamaSampler::top_p(s.top_p, 1));
+            chain.push(LlamaSampler::temp(s.temperature));
+            chain.push(LlamaSampler::dist(s.seed));
+        }
+        let mut sampler = LlamaSampler::chain_simple(chain);
+        let mut generated: Vec<LlamaToken> = Vec::new();
+        let vocab = llm.model.vocab();
+        let mut batch = LlamaBatch::new(1, 1);
+        let mut utf8 = Utf8Stream::default();
+        let mut out = Decode::default();
+        let mut bytes = Vec::new();
+        out.stop = StopReason::MaxTokens;
+        for _ in 0..s.max_tokens {
+            let token = sampler.sample(&self.ctx, self.last_logits);
+            if vocab.is_eog(token) && !s.ignore_eog {
+                out.stop = StopReason::EndOfText;
+                break;
+            }
+            bytes.clear();
+            vocab.token_to_piece_into(token, &mut bytes, false, None);
+            out.tokens += 1;
+            generated.push(token);
+            if let Some(text) = utf8.push(&bytes) {
+                out.first_piece_ms.get_or_insert(start.elapsed().as_secs_f64() * 1e3);
+                if !on_piece(&text) {
+                    out.stop = StopReason::Cancelled;
+                    break;
+                }
+            }
+            if !s.ignore_eog && repeating_tail(&generated, 2).is_some() {
+                out.stop = StopReason::Repetition;
+                break;
+            }
+            if self.tokens.len() + 1 >= self.n_ctx() {
+                out.stop = StopReason::ContextFull;
+                break;
+            }
+            batch.clear();
+            batch.add(token, self.tokens.len() as i32, &[0], true)?;
+            self.ctx.decode(&mut batch).map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
+            self.tokens.push(token);
+            self.last_logits = 0;
+        }
+        if let Some(tail) = utf8.finish() {
+            on_piece(&tail);
+        }
+        out.ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(out)
+    }
+}
+
+/// Joins token bytes into valid UTF-8: a character split across tokens is held back until
+/// its last byte arrives; bytes that can never be valid become U+FFFD.
+#[derive(Default)]
+struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    fn push(&mut self, bytes: &[u8]) -> Option<String> {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    break;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(std::str::from_utf8(&self.pending[..valid]).expect("checked"));
+                    match e.error_len() {
+                        // Incomplete sequence at the end: wait for more bytes.
+                        None => {
+                            self.pending.drain(..valid);
+                            break;
+                        }
+                        Some(n) => {
+                            out.push('\u{FFFD}');
+                            self.pending.drain(..valid + n);
+                        }
+                    }
+                }
+            }
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    fn finish(&mut self) -> Option<String> {
+        let rest = std::mem::take(&mut self.pending);
+        (!rest.is_empty()).then(|| String::from_utf8_lossy(&rest).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Utf8Stream;
+
+    #[test]
+    fn repetition_is_found_at_its_shortest_period() {
+        use llama_cpp_2::token::LlamaToken;
+        let t = |v: &[i32]| v.iter().map(|&i| LlamaToken::new(i)).collect::<Vec<_>>();
+        let block = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let looped: Vec<i32> = [9, 8].into_iter().chain(block.repeat(3)).collect();
+        assert_eq!(super::repeating_tail(&t(&looped), 3), Some(9));
+        assert_eq!(super::repeating_tail(&t(&looped), 4), None);
+        // Short repeats (table rows, "| |") are not loops.
+        assert_eq!(super::repeating_tail(&t(&[1, 2, 1, 2, 1, 2, 1, 2]), 2), None);
+        assert_eq!(super::repeating_tail(&t(&(1..=40).collect::<Vec<_>>()), 2), None);
+    }
+
+    #[test]
+    fn utf8_stream_holds_split_characters() {
+        let mut s = Utf8Stream::default();
+        let euro = "€".as_bytes();
+        assert_eq!(s.push(b"a"), Some("a".into()));
+        assert_eq!(s.push(&euro[..1]), None);
+        assert_eq!(s.push(&euro[1..2]), None);
+        assert_eq!(s.push(&euro[2..]), Some("€".into()));
+        assert_eq!(s.push(&[0xff, b'b']), Some("\u{FFFD}b".into()));
+        assert_eq!(s.push(&euro[..2]), None);
+        assert_eq!(s.finish(), Some("\u{FFFD}".into()));
+    }
+}

@@ -1,0 +1,264 @@
+//! Retrieval policy: run the vector and full-text retrievers, fuse their rankings with
+//! reciprocal rank fusion, merge overlapping chunks of one file, break ties stably.
+//! The fusion and merging are pure functions with their own tests.
+
+use std::collections::HashMap;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::store::{Hit, Store};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Hybrid,
+    Vector,
+    Text,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "hybrid" => Some(Mode::Hybrid),
+            "vector" => Some(Mode::Vector),
+            "text" => Some(Mode::Text),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Fusion {
+    pub k: f32,
+    pub vector_weight: f32,
+    pub text_weight: f32,
+}
+
+/// A fused result: the chunk, its fused score, and what each retriever said of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ranked {
+    #[serde(skip)]
+    pub hit: Hit,
+    pub score: f32,
+    /// Cosine similarity, when the vector retriever found it.
+    pub vector_score: Option<f32>,
+    /// BM25, when the text retriever found it.
+    pub text_score: Option<f32>,
+    pub vector_rank: Option<usize>,
+    pub text_rank: Option<usize>,
+}
+
+/// Reciprocal rank fusion: score = Σ weight / (k + rank), ranks from 1. Ties break on the
+/// better single rank, then on chunk id, so equal inputs always give equal outputs.
+pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
+    let mut by_id: HashMap<&str, Ranked> = HashMap::new();
+    for (list, weight, is_vector) in [(vector, f.vector_weight, true), (text, f.text_weight, false)] {
+        for (i, hit) in list.iter().enumerate() {
+            let rank = i + 1;
+            let r = by_id.entry(hit.id.as_str()).or_insert_with(|| Ranked {
+                hit: hit.clone(),
+                score: 0.0,
+                vector_score: None,
+                text_score: None,
+                vector_rank: None,
+                text_rank: None,
+            });
+            r.score += weight / (f.k + rank as f32);
+            if is_vector {
+                r.vector_score = Some(hit.score);
+                r.vector_rank = Some(rank);
+            } else {
+                r.text_score = Some(hit.score);
+                r.text_rank = Some(rank);
+            }
+        }
+    }
+    let mut out: Vec<Ranked> = by_id.into_values().collect();
+    let best = |r: &Ranked| r.vector_rank.unwrap_or(usize::MAX).min(r.text_rank.unwrap_or(usize::MAX));
+    out.sort_by(|a, b| {
+        b.score.total_cmp(&a.score).then_with(|| best(a).cmp(&best(b))).then_with(|| a.hit.id.cmp(&b.hit.id))
+    });
+    out
+}
+
+/// Merges results that overlap or touch in one file into one span (kept at the better
+/// result's rank), so the prompt never holds the same lines twice.
+pub fn merge_adjacent(ranked: Vec<Ranked>) -> Vec<Ranked> {
+    let mut out: Vec<Ranked> = Vec::with_capacity(ranked.len());
+    for r in ranked {
+        let target = out.iter_mut().find(|o| {
+            o.hit.path == r.hit.path
+                && r.hit.line_start <= o.hit.line_end + 1
+                && o.hit.line_start <= r.hit.line_end + 1
+        });
+        match target {
+            None => out.push(r),
+            Some(o) => {
+                let (first, second) =
+                    if r.hit.line_start < o.hit.line_start { (&r.hit, &o.hit) } else { (&o.hit, &r.hit) };
+                let text = join_overlapping(&first.text, &second.text);
+                let heading = first.heading.clone();
+                let lines = (first.line_start.min(second.line_start), first.line_end.max(second.line_end));
+                (o.hit.line_start, o.hit.line_end) = lines;
+                o.hit.text = text;
+                o.hit.heading = heading;
+                o.vector_score = max_opt(o.vector_score, r.vector_score);
+                o.text_score = max_opt(o.text_score, r.text_score);
+            }
+        }
+    }
+    out
+}
+
+fn max_opt(a: Option<f32>, b: Option<f32>) -> Option<f32> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// `a` then `b`, without repeating the lines `b` shares with `a`'s end (chunk overlap).
+fn join_overlapping(a: &str, b: &str) -> String {
+    let a_lines: Vec<&str> = a.lines().collect();
+    let b_lines: Vec<&str> = b.lines().collect();
+    let max = a_lines.len().min(b_lines.len());
+    let shared = (1..=max).rev().find(|&n| a_lines[a_lines.len() - n..] == b_lines[..n]).unwrap_or(0);
+    if shared == 0 {
+        if b.contains(a) {
+            return b.to_string();
+        }
+        if a.contains(b) {
+            return a.to_string();
+        }
+        return format!("{a}\n\n{b}");
+    }
+    let mut out = a_lines.join("\n");
+    for l in &b_lines[shared..] {
+        out.push('\n');
+        out.push_str(l);
+    }
+    out
+}
+
+/// A SQL filter from `--path GLOB` and `--where SQL`. In the glob, `*` and `**` match any
+/// characters (folders included) and `?` one character.
+pub fn filter(path_glob: Option<&str>, where_sql: Option<&str>) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(g) = path_glob {
+        let mut like = String::new();
+        let mut chars = g.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '*' => {
+                    while chars.peek() == Some(&'*') {
+                        chars.next();
+                    }
+                    like.push('%');
+                }
+                '?' => like.push('_'),
+                '%' | '_' | '\\' => {
+                    like.push('\\');
+                    like.push(c);
+                }
+                '\'' => like.push_str("''"),
+                c => like.push(c),
+            }
+        }
+        parts.push(format!(r"path LIKE '{like}'"));
+    }
+    if let Some(w) = where_sql.map(str::trim).filter(|w| !w.is_empty()) {
+        parts.push(format!("({w})"));
+    }
+    (!parts.is_empty()).then(|| parts.join(" AND "))
+}
+
+/// Retrieves up to `k` spans for `query`. Each retriever is asked for more than `k`, since
+/// fusion and merging need candidates from both lists.
+pub async fn retrieve(
+    store: &Store,
+    query: &str,
+    vector: Option<&[f32]>,
+    mode: Mode,
+    k: usize,
+    fusion: Fusion,
+    filter: Option<&str>,
+) -> Result<Vec<Ranked>> {
+    let depth = (k * 4).max(20);
+    let vec_hits = match (mode, vector) {
+        (Mode::Hybrid | Mode::Vector, Some(v)) => store.vector_search(v, depth, filter).await?,
+        _ => Vec::new(),
+    };
+    let text_hits = match mode {
+        Mode::Hybrid | Mode::Text => store.text_search(query, depth, filter).await?,
+        Mode::Vector => Vec::new(),
+    };
+    let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
+    ranked.truncate(k);
+    Ok(ranked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, path: &str, lines: (u32, u32), text: &str) -> Hit {
+        Hit {
+            id: id.into(),
+            path: path.into(),
+            heading: String::new(),
+            line_start: lines.0,
+            line_end: lines.1,
+            text: text.into(),
+            score: 0.5,
+        }
+    }
+    const F: Fusion = Fusion { k: 60.0, vector_weight: 1.0, text_weight: 1.0 };
+
+    #[test]
+    fn rrf_rewards_agreement_and_breaks_ties_stably() {
+        let a = hit("a", "x", (1, 2), "a");
+        let b = hit("b", "y", (1, 2), "b");
+        let c = hit("c", "z", (1, 2), "c");
+        let fused = fuse(&[a.clone(), b.clone()], &[b.clone(), c.clone()], F);
+        assert_eq!(fused[0].hit.id, "b");
+        assert_eq!(fused[0].vector_rank, Some(2));
+        assert_eq!(fused[0].text_rank, Some(1));
+        // a and c tie (each rank 1 in one list); the id decides.
+        assert_eq!(fused[1].hit.id, "a");
+        assert_eq!(fused[2].hit.id, "c");
+        let again = fuse(&[a, b.clone()], &[b, c], F);
+        assert_eq!(fused.iter().map(|r| &r.hit.id).collect::<Vec<_>>(), again.iter().map(|r| &r.hit.id).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn filters_from_flags() {
+        assert_eq!(filter(None, None), None);
+        assert_eq!(filter(Some("docs/**/*.md"), None).unwrap(), r"path LIKE 'docs/%/%.md'");
+        assert_eq!(
+            filter(Some("a_b?'"), Some("line_start > 3")).unwrap(),
+            r"path LIKE 'a\_b_''' AND (line_start > 3)"
+        );
+    }
+
+    #[test]
+    fn weights_shift_the_order() {
+        let a = hit("a", "x", (1, 2), "a");
+        let c = hit("c", "z", (1, 2), "c");
+        let f = Fusion { text_weight: 2.0, ..F };
+        assert_eq!(fuse(&[a.clone()], &[c.clone()], f)[0].hit.id, "c");
+    }
+
+    #[test]
+    fn adjacent_chunks_merge_without_repeating_lines() {
+        let r = |h: Hit| Ranked { hit: h, score: 1.0, vector_score: None, text_score: None, vector_rank: None, text_rank: None };
+        let first = hit("1", "f.md", (1, 3), "one\ntwo\nthree");
+        let second = hit("2", "f.md", (3, 5), "three\nfour\nfive");
+        let other = hit("3", "g.md", (1, 1), "g");
+        let merged = merge_adjacent(vec![r(second), r(other), r(first)]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0].hit.text, "one\ntwo\nthree\nfour\nfive");
+        assert_eq!((merged[0].hit.line_start, merged[0].hit.line_end), (1, 5));
+    }
+}

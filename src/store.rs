@@ -1,0 +1,449 @@
+//! LanceDB, and the only user of `lancedb` and `arrow`: the index folder's tables and their
+//! schema, the compatibility record, per-file replace and delete, vector and full-text search.
+//!
+//! Layout of the index folder:
+//! - `chunks.lance`: one row per chunk (id, path, heading, lines, text, file hash, vector);
+//! - `files.lance`: one row per indexed file (path, content hash, size, mtime, chunk count),
+//!   written only after that file's chunks, so an interrupted ingest redoes the file;
+//! - `index.json`: the embedding model and chunk settings the vectors were made with.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float32Type, Int64Type, UInt32Type, UInt64Type};
+use arrow_array::{
+    Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, RecordBatchIterator, RecordBatchReader,
+    StringArray, UInt32Array, UInt64Array,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use futures::TryStreamExt;
+use lancedb::index::scalar::{FtsIndexBuilder, FullTextSearchQuery};
+use lancedb::index::Index;
+use lancedb::query::{ExecutableQuery, QueryBase, Select};
+use lancedb::table::{OptimizeAction, OptimizeOptions};
+use lancedb::{Connection, DistanceType, Table};
+use serde::{Deserialize, Serialize};
+
+use crate::embed::ModelInfo;
+use crate::ExitError;
+
+const CHUNKS: &str = "chunks";
+const FILES: &str = "files";
+const META: &str = "index.json";
+/// Bumped when the table layout changes; an index of another version must be rebuilt.
+const LAYOUT_VERSION: u32 = 1;
+
+/// How the vectors of an index were made; opening it with anything else is an error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexMeta {
+    pub layout: u32,
+    pub embed: ModelInfo,
+    pub chunk: ChunkMeta,
+    /// The folder indexed paths are relative to.
+    pub root: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkMeta {
+    pub max_tokens: usize,
+    pub min_tokens: usize,
+    pub overlap_tokens: usize,
+}
+
+impl IndexMeta {
+    pub fn new(embed: ModelInfo, chunk: ChunkMeta, root: PathBuf) -> IndexMeta {
+        IndexMeta { layout: LAYOUT_VERSION, embed, chunk, root }
+    }
+}
+
+/// One stored chunk, as written.
+#[derive(Debug, Clone)]
+pub struct Row<'a> {
+    pub id: &'a str,
+    pub path: &'a str,
+    pub heading: &'a str,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub text: &'a str,
+    pub file_hash: &'a str,
+    pub vector: &'a [f32],
+}
+
+/// What the index knows of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileState {
+    pub path: String,
+    pub hash: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub chunks: u32,
+}
+
+/// One search result. `score`: cosine similarity for vector search, BM25 for text search.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub id: String,
+    pub path: String,
+    pub heading: String,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub text: String,
+    pub score: f32,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    pub chunks: usize,
+    pub files: usize,
+}
+
+pub struct Store {
+    #[allow(dead_code)]
+    db: Connection,
+    chunks: Table,
+    files: Table,
+    pub meta: IndexMeta,
+}
+
+fn chunk_schema(dim: usize) -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("path", DataType::Utf8, false),
+        Field::new("heading", DataType::Utf8, false),
+        Field::new("line_start", DataType::UInt32, false),
+        Field::new("line_end", DataType::UInt32, false),
+        Field::new("text", DataType::Utf8, false),
+        Field::new("file_hash", DataType::Utf8, false),
+        Field::new(
+            "vector",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), dim as i32),
+            false,
+        ),
+    ]))
+}
+
+fn file_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("path", DataType::Utf8, false),
+        Field::new("hash", DataType::Utf8, false),
+        Field::new("size", DataType::UInt64, false),
+        Field::new("mtime_ns", DataType::Int64, false),
+        Field::new("chunks", DataType::UInt32, false),
+    ]))
+}
+
+/// A SQL string literal.
+fn sql_str(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+fn path_in(paths: &[&str]) -> String {
+    let list: Vec<String> = paths.iter().map(|p| sql_str(p)).collect();
+    format!("path IN ({})", list.join(", "))
+}
+
+async fn connect(dir: &Path) -> Result<Connection> {
+    let uri = dir.to_str().ok_or_else(|| anyhow!("index folder {} is not valid UTF-8", dir.display()))?;
+    lancedb::connect(uri).execute().await.with_context(|| format!("opening the index at {}", dir.display()))
+}
+
+impl Store {
+    /// Whether `dir` holds an index.
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(META).is_file()
+    }
+
+    /// Opens an existing index for reading and writing.
+    pub async fn open(dir: &Path) -> Result<Store> {
+        let meta_path = dir.join(META);
+        let text = match std::fs::read_to_string(&meta_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ExitError::no_index(format!(
+                    "no index at {}; run `rag ingest DIR` first",
+                    dir.display()
+                )))
+            }
+            Err(e) => return Err(anyhow!(e).context(format!("reading {}", meta_path.display()))),
+        };
+        let meta: IndexMeta = serde_json::from_str(&text).map_err(|e| {
+            ExitError::incompatible(format!(
+                "{} is unreadable ({e}); rebuild the index with `rag ingest --rebuild DIR`",
+                meta_path.display()
+            ))
+        })?;
+        if meta.layout != LAYOUT_VERSION {
+            return Err(ExitError::incompatible(format!(
+                "the index at {} has layout {} but this rag writes layout {LAYOUT_VERSION}; rebuild it with `rag ingest --rebuild DIR`",
+                dir.display(),
+                meta.layout
+            )));
+        }
+        let db = connect(dir).await?;
+        let chunks = db.open_table(CHUNKS).execute().await.map_err(|e| {
+            ExitError::incompatible(format!("the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`", dir.display()))
+        })?;
+        let files = db.open_table(FILES).execute().await.map_err(|e| {
+            ExitError::incompatible(format!("the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`", dir.display()))
+        })?;
+        Ok(Store { db, chunks, files, meta })
+    }
+
+    /// Opens the index, creating it if missing. An index made with another model or other
+    /// chunk settings is an error that names the difference.
+    pub async fn open_or_create(dir: &Path, meta: IndexMeta) -> Result<Store> {
+        if Store::exists(dir) {
+            let store = Store::open(dir).await?;
+            store.check(&meta)?;
+            return Ok(store);
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating the index folder {}", dir.display()))?;
+        let db = connect(dir).await?;
+        let names = db.table_names().execute().await?;
+        // Tables left by an ingest killed before index.json was written are recreated.
+        for name in [CHUNKS, FILES] {
+            if names.iter().any(|n| n == name) {
+                db.drop_table(name, &[]).await?;
+            }
+        }
+        let chunks = db.create_empty_table(CHUNKS, chunk_schema(meta.embed.dim)).execute().await?;
+        let files = db.create_empty_table(FILES, file_schema()).execute().await?;
+        // index.json last: its presence says the tables are complete.
+        let tmp = dir.join(format!("{META}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(&meta)?)?;
+        std::fs::rename(&tmp, dir.join(META))?;
+        Ok(Store { db, chunks, files, meta })
+    }
+
+    /// Fails unless the index was made with `want`'s model and chunk settings.
+    pub fn check(&self, want: &IndexMeta) -> Result<()> {
+        let have = &self.meta;
+        let mut diffs = Vec::new();
+        if have.embed != want.embed {
+            diffs.push(format!(
+                "embedding model {} ({} dims, {}) vs {} ({} dims, {})",
+                have.embed.name,
+                have.embed.dim,
+                &have.embed.file_hash[..12.min(have.embed.file_hash.len())],
+                want.embed.name,
+                want.embed.dim,
+                &want.embed.file_hash[..12.min(want.embed.file_hash.len())]
+            ));
+        }
+        if have.chunk != want.chunk {
+            diffs.push(format!("chunk settings {:?} vs {:?}", have.chunk, want.chunk));
+        }
+        if diffs.is_empty() {
+            return Ok(());
+        }
+        Err(ExitError::incompatible(format!(
+            "the index was built with other settings ({}); rebuild it with `rag ingest --rebuild DIR` or restore the old settings",
+            diffs.join("; ")
+        )))
+    }
+
+    /// Checks only the embedding model (what search needs).
+    pub fn check_model(&self, model: &ModelInfo) -> Result<()> {
+        if &self.meta.embed != model {
+            return Err(ExitError::incompatible(format!(
+                "the index was built with embedding model {} ({} dims) but {} ({} dims) is configured; rebuild it with `rag ingest --rebuild DIR`",
+                self.meta.embed.name, self.meta.embed.dim, model.name, model.dim
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn file_states(&self) -> Result<HashMap<String, FileState>> {
+        let batches: Vec<RecordBatch> = self.files.query().execute().await?.try_collect().await?;
+        let mut out = HashMap::new();
+        for b in &batches {
+            let path = b.column_by_name("path").context("files.path")?.as_string::<i32>();
+            let hash = b.column_by_name("hash").context("files.hash")?.as_string::<i32>();
+            let size = b.column_by_name("size").context("files.size")?.as_primitive::<UInt64Type>();
+            let mtime = b.column_by_name("mtime_ns").context("files.mtime_ns")?.as_primitive::<Int64Type>();
+            let chunks = b.column_by_name("chunks").context("files.chunks")?.as_primitive::<UInt32Type>();
+            for i in 0..b.num_rows() {
+                let s = FileState {
+                    path: path.value(i).to_string(),
+                    hash: hash.value(i).to_string(),
+                    size: size.value(i),
+                    mtime_ns: mtime.value(i),
+                    chunks: chunks.value(i),
+                };
+                out.insert(s.path.clone(), s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Replaces everything stored for `files` with `rows` in three commits: delete their old
+    /// chunks, add the new ones, then record the files. A crash between commits leaves the
+    /// old file record, so the next ingest redoes these files; chunk ids are content hashes,
+    /// and the delete-by-path comes first, so no chunk is ever duplicated.
+    pub async fn replace_files(&self, files: &[FileState], rows: &[Row<'_>]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        for group in paths.chunks(500) {
+            self.chunks.delete(path_in(group).as_str()).await?;
+        }
+        if !rows.is_empty() {
+            self.chunks.add(self.chunk_batch(rows)?).execute().await?;
+        }
+        let batch = RecordBatch::try_new(
+            file_schema(),
+            vec![
+                Arc::new(StringArray::from_iter_values(files.iter().map(|f| f.path.as_str()))),
+                Arc::new(StringArray::from_iter_values(files.iter().map(|f| f.hash.as_str()))),
+                Arc::new(UInt64Array::from_iter_values(files.iter().map(|f| f.size))),
+                Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.mtime_ns))),
+                Arc::new(UInt32Array::from_iter_values(files.iter().map(|f| f.chunks))),
+            ],
+        )?;
+        let schema = batch.schema();
+        let reader: Box<dyn RecordBatchReader + Send> = Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
+        let mut merge = self.files.merge_insert(&["path"]);
+        merge.when_matched_update_all(None).when_not_matched_insert_all();
+        merge.execute(reader).await?;
+        Ok(())
+    }
+
+    /// Forgets files: their chunks first, then their records.
+    pub async fn remove_files(&self, paths: &[&str]) -> Result<u64> {
+        let mut deleted = 0;
+        for group in paths.chunks(500) {
+            deleted += self.chunks.delete(path_in(group).as_str()).await?.num_deleted_rows;
+            self.files.delete(path_in(group).as_str()).await?;
+        }
+        Ok(deleted)
+    }
+
+    fn chunk_batch(&self, rows: &[Row<'_>]) -> Result<RecordBatch> {
+        let dim = self.meta.embed.dim;
+        let mut flat = Vec::with_capacity(rows.len() * dim);
+        for r in rows {
+            if r.vector.len() != dim {
+                return Err(anyhow!("chunk {} has a vector of {} dims, expected {dim}", r.id, r.vector.len()));
+            }
+            flat.extend_from_slice(r.vector);
+        }
+        let vectors = FixedSizeListArray::try_new(
+            Arc::new(Field::new("item", DataType::Float32, true)),
+            dim as i32,
+            Arc::new(Float32Array::from(flat)),
+            None,
+        )?;
+        Ok(RecordBatch::try_new(
+            chunk_schema(dim),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.id))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.path))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.heading))),
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.line_start))),
+                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.line_end))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.text))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.file_hash))),
+                Arc::new(vectors),
+            ],
+        )?)
+    }
+
+    /// Brings the full-text index up to date with the table: created on first use, then
+    /// extended with new rows (deleted rows are masked without it).
+    pub async fn refresh_text_index(&self) -> Result<()> {
+        let has_index = self.chunks.list_indices().await?.iter().any(|i| i.columns.iter().any(|c| c == "text"));
+        if has_index {
+            self.chunks.optimize(OptimizeAction::Index(OptimizeOptions::default())).await?;
+        } else {
+            self.chunks.create_index(&["text"], Index::FTS(FtsIndexBuilder::default())).execute().await?;
+        }
+        Ok(())
+    }
+
+    /// Every chunk id, sorted (for consistency checks).
+    pub async fn chunk_ids(&self) -> Result<Vec<String>> {
+        let batches: Vec<RecordBatch> =
+            self.chunks.query().select(Select::columns(&["id"])).execute().await?.try_collect().await?;
+        let mut ids: Vec<String> = batches
+            .iter()
+            .filter_map(|b| b.column_by_name("id").map(|c| c.as_string::<i32>().iter().flatten().map(String::from).collect::<Vec<_>>()))
+            .flatten()
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    pub async fn stats(&self) -> Result<Stats> {
+        Ok(Stats { chunks: self.chunks.count_rows(None).await?, files: self.files.count_rows(None).await? })
+    }
+
+    /// Nearest chunks by cosine distance (exact scan: fast enough at this scale, and exact).
+    pub async fn vector_search(&self, vector: &[f32], k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
+        let mut q = self
+            .chunks
+            .query()
+            .nearest_to(vector)?
+            .distance_type(DistanceType::Cosine)
+            .limit(k)
+            .select(Select::columns(&["id", "path", "heading", "line_start", "line_end", "text", "_distance"]));
+        if let Some(f) = filter {
+            q = q.only_if(f);
+        }
+        let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
+        hits(&batches, "_distance", |d| 1.0 - d)
+    }
+
+    /// Best chunks by BM25 over the text.
+    pub async fn text_search(&self, query: &str, k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
+        if query.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = self
+            .chunks
+            .query()
+            .full_text_search(FullTextSearchQuery::new(query.to_string()))
+            .limit(k)
+            .select(Select::columns(&["id", "path", "heading", "line_start", "line_end", "text", "_score"]));
+        if let Some(f) = filter {
+            q = q.only_if(f);
+        }
+        let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
+        hits(&batches, "_score", |s| s)
+    }
+}
+
+fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) -> Result<Vec<Hit>> {
+    let mut out = Vec::new();
+    for b in batches {
+        let col = |name: &str| b.column_by_name(name).with_context(|| format!("result column {name}"));
+        let id = col("id")?.as_string::<i32>();
+        let path = col("path")?.as_string::<i32>();
+        let heading = col("heading")?.as_string::<i32>();
+        let ls = col("line_start")?.as_primitive::<UInt32Type>();
+        let le = col("line_end")?.as_primitive::<UInt32Type>();
+        let text = col("text")?.as_string::<i32>();
+        let sc = col(score_col)?.as_primitive::<Float32Type>();
+        for i in 0..b.num_rows() {
+            out.push(Hit {
+                id: id.value(i).to_string(),
+                path: path.value(i).to_string(),
+                heading: heading.value(i).to_string(),
+                line_start: ls.value(i),
+                line_end: le.value(i),
+                text: text.value(i).to_string(),
+                score: if sc.is_null(i) { 0.0 } else { score(sc.value(i)) },
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The sorted chunk ids of the index at `dir`, from synchronous code (tests, tools).
+pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+}

@@ -1,0 +1,91 @@
+//! The one place that prints. stdout is data (answers, hits, `--json`); stderr is for people
+//! (progress bars, summaries, warnings, errors). Progress bars hide themselves when stderr is
+//! not a terminal or with `-q`, so scripts and CI logs stay clean.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Ui {
+    pub quiet: bool,
+}
+
+impl Ui {
+    /// Writes data to stdout and flushes, so a piped reader sees it at once. A closed pipe
+    /// surfaces as an error that `main` turns into a quiet success.
+    pub fn out(&self, text: &str) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()
+    }
+
+    pub fn outln(&self, text: &str) -> std::io::Result<()> {
+        self.out(&format!("{text}\n"))
+    }
+
+    /// A JSON value on one line of stdout.
+    pub fn json<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {
+        let line = serde_json::to_string(value)?;
+        Ok(self.outln(&line)?)
+    }
+
+    /// Summaries and notes for people; silent with `-q`.
+    pub fn info(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("{text}");
+        }
+    }
+
+    /// An interactive prompt on stderr (stdout stays answers only).
+    pub fn prompt(&self, text: &str) -> std::io::Result<()> {
+        let mut err = std::io::stderr().lock();
+        err.write_all(text.as_bytes())?;
+        err.flush()
+    }
+
+    /// A line on stderr that the user asked for (`--stats`, `-v`); shown even with `-q`.
+    pub fn stderr(&self, text: &str) {
+        eprintln!("{text}");
+    }
+
+    /// Problems worth knowing about that did not stop the command; shown even with `-q`.
+    pub fn warn(&self, text: &str) {
+        eprintln!("warning: {text}");
+    }
+
+    pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg:10} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    }
+
+    pub fn spinner(&self, what: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(None, self.draw_target());
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("static template"));
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    }
+
+    fn draw_target(&self) -> ProgressDrawTarget {
+        if self.quiet || !std::io::stderr().is_terminal() {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        }
+    }
+}
+
+/// The last word of a failed command: the whole error chain on one line.
+pub fn error(err: &anyhow::Error) {
+    eprintln!("rag: error: {err:#}");
+}

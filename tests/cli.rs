@@ -1,0 +1,16 @@
+//! End-to-end tests of the `rag` binary with the real models. One test binary (modules under
+//! tests/cli/), so the large link happens once.
+
+#[path = "cli/support.rs"]
+mod support;
+
+#[path = "cli/ask.rs"]
+mod ask;
+#[path = "cli/errors.rs"]
+mod errors;
+#[path = "cli/ingest.rs"]
+mod ingest;
+#[path = "cli/prompt.rs"]
+mod prompt;
+#[path = "cli/retrieval.rs"]
+mod retrieval;

@@ -1,0 +1,82 @@
+//! A temporary project: a rag.toml pointing at the repository's models, a copy of the
+//! fixtures, and a `rag` command with a cleared environment.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use tempfile::TempDir;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct Project {
+    pub dir: TempDir,
+}
+
+impl Project {
+    /// An empty project whose rag.toml uses the repository's models.
+    pub fn empty() -> Project {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let models = repo().join("models");
+        let config = format!(
+            "[embed]\nmodel = {:?}\ntokenizer_dir = {:?}\nort_lib = {:?}\n\n[llm]\nmodel = {:?}\nmax_tokens = 48\n",
+            models.join("all-MiniLM-L6-v2-int8.onnx"),
+            models.join("minilm"),
+            models.join("libonnxruntime.so.1.31.1"),
+            models.join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        );
+        std::fs::write(dir.path().join("rag.toml"), config).expect("write rag.toml");
+        Project { dir }
+    }
+
+    /// A project with fixtures/docs copied to docs/.
+    pub fn with_docs() -> Project {
+        let p = Project::empty();
+        copy_dir(&repo().join("fixtures/docs"), &p.path().join("docs"));
+        p
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn rag(&self) -> Command {
+        let mut cmd = Command::cargo_bin("rag").expect("the rag binary");
+        cmd.current_dir(self.path()).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        cmd
+    }
+
+    /// Runs `rag ARGS` and returns (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.rag().args(args).output().expect("run rag");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let (code, out, err) = self.run(args);
+        assert!(code == 0 || code == 7, "rag {args:?} exited {code}\nstdout: {out}\nstderr: {err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("rag {args:?}: not JSON ({e}): {out}"))
+    }
+
+    pub fn ingest(&self) -> serde_json::Value {
+        self.json(&["ingest", "--json", "docs"])
+    }
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
