@@ -8,7 +8,10 @@ fn main() {
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
         if line.trim() == "name = \"llama-cpp-sys-2\"" {
-            if let Some(v) = lines.next().and_then(|l| l.trim().strip_prefix("version = ")) {
+            if let Some(v) = lines
+                .next()
+                .and_then(|l| l.trim().strip_prefix("version = "))
+            {
                 version = v.trim_matches('"');
             }
             break;

@@ -35,9 +35,13 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
     };
     // Deterministic spread of token ids, like llama-bench's random prompt.
     let n_vocab = llm.n_vocab().max(2) as u64;
-    let prompt: Vec<LlamaToken> =
-        (0..n_prompt as u64).map(|i| LlamaToken::new(((i * 7919 + 13) % (n_vocab - 1) + 1) as i32)).collect();
-    let sampling = Sampling { ignore_eog: true, ..Sampling::greedy(n_gen) };
+    let prompt: Vec<LlamaToken> = (0..n_prompt as u64)
+        .map(|i| LlamaToken::new(((i * 7919 + 13) % (n_vocab - 1) + 1) as i32))
+        .collect();
+    let sampling = Sampling {
+        ignore_eog: true,
+        ..Sampling::greedy(n_gen)
+    };
     let mut runs = Vec::new();
     // One warm-up, as llama-bench does.
     // As llama-bench: prefill from an empty context, and decode from an (almost) empty one.
@@ -51,7 +55,10 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
         let d = s.generate(&sampling, |_| true)?;
         let decode = d.tokens as f64 * 1e3 / d.ms.max(1e-9);
         if rep > 0 {
-            runs.push(Run { prefill_tok_per_s: prefill, decode_tok_per_s: decode });
+            runs.push(Run {
+                prefill_tok_per_s: prefill,
+                decode_tok_per_s: decode,
+            });
         }
     }
     ui.json(&serde_json::json!({

@@ -24,7 +24,11 @@ pub struct ChatOptions {
 }
 
 /// Reads questions, one per line; `None` at the end of input (Ctrl-D on a terminal).
-fn next_question(lines: &mut std::io::StdinLock<'static>, ui: &Ui, interactive: bool) -> Result<Option<String>> {
+fn next_question(
+    lines: &mut std::io::StdinLock<'static>,
+    ui: &Ui,
+    interactive: bool,
+) -> Result<Option<String>> {
     loop {
         if interactive {
             ui.prompt("rag> ")?;
@@ -49,14 +53,28 @@ fn next_question(lines: &mut std::io::StdinLock<'static>, ui: &Ui, interactive: 
     }
 }
 
-pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+pub fn run(
+    settings: &Settings,
+    base: &Query,
+    o: &ChatOptions,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
     let mode = base.mode.unwrap_or(Mode::Hybrid);
     let mut retriever = Retriever::open(settings, mode, rt)?;
     // One model for the whole chat (its KV cache is the point): `auto` routing is per
     // question, so chat uses the small model unless the large one is asked for.
-    let model = if settings.llm.route == "large" { &settings.llm.large_model } else { &settings.llm.model };
+    let model = if settings.llm.route == "large" {
+        &settings.llm.large_model
+    } else {
+        &settings.llm.model
+    };
     let llm = Llm::load(model, false)?;
-    let n_ctx = if settings.llm.n_ctx == 0 { llm.n_ctx_train() } else { settings.llm.n_ctx } as usize;
+    let n_ctx = if settings.llm.n_ctx == 0 {
+        llm.n_ctx_train()
+    } else {
+        settings.llm.n_ctx
+    } as usize;
     let reserve = settings.llm.max_tokens as usize;
     if reserve + 64 >= n_ctx {
         return Err(crate::ExitError::usage(format!(
@@ -83,7 +101,10 @@ pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui, rt: &tok
 
     let mut history: Vec<Turn> = Vec::new();
     while let Some(question) = next_question(&mut lines, ui, interactive)? {
-        let q = Query { text: question.clone(), ..base.clone() };
+        let q = Query {
+            text: question.clone(),
+            ..base.clone()
+        };
         let (ranked, retrieval_ms) = retriever.run(&q, mode, ui, rt)?;
         if should_abstain(&ranked, mode, settings.retrieval.min_similarity) {
             ui.outln(ABSTAIN_TEXT)?;
@@ -93,13 +114,19 @@ pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui, rt: &tok
         // Drop the oldest turns while the history takes more than half the prompt budget,
         // leaving room for this turn's sources.
         let budget = n_ctx - reserve;
-        let mut overhead = llm.chat_tokens(&prompt::conversation(&history, &[], &question))?.len();
+        let mut overhead = llm
+            .chat_tokens(&prompt::conversation(&history, &[], &question))?
+            .len();
         while !history.is_empty() && overhead > budget / 2 {
             history.remove(0);
-            overhead = llm.chat_tokens(&prompt::conversation(&history, &[], &question))?.len();
+            overhead = llm
+                .chat_tokens(&prompt::conversation(&history, &[], &question))?
+                .len();
         }
         let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
-        let packed = prompt::pack_turn(&history, &question, &hits, budget, overhead, &|t| llm.count_tokens(t));
+        let packed = prompt::pack_turn(&history, &question, &hits, budget, overhead, &|t| {
+            llm.count_tokens(t)
+        });
         let tokens = llm.chat_tokens(&packed.messages)?;
         let prefill = session.prefill(&tokens)?;
 
@@ -124,7 +151,10 @@ pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui, rt: &tok
         }
         ui.outln("Sources:")?;
         for s in &packed.sources {
-            ui.outln(&format!("  [S{}] {}:{}-{}", s.n, s.hit.path, s.hit.line_start, s.hit.line_end))?;
+            ui.outln(&format!(
+                "  [S{}] {}:{}-{}",
+                s.n, s.hit.path, s.hit.line_start, s.hit.line_end
+            ))?;
         }
         ui.outln("")?;
         if o.verbose {
@@ -143,8 +173,15 @@ pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui, rt: &tok
             };
             ui.stderr(&format!("turn {}: {}", history.len() + 1, stats_line(&t)));
         }
-        let user = packed.messages.last().map(|m| m.parts.clone()).unwrap_or_default();
-        history.push(Turn { user, answer: answer.trim().to_string() });
+        let user = packed
+            .messages
+            .last()
+            .map(|m| m.parts.clone())
+            .unwrap_or_default();
+        history.push(Turn {
+            user,
+            answer: answer.trim().to_string(),
+        });
     }
     Ok(Exit::Success)
 }

@@ -60,10 +60,14 @@ pub enum Command {
     #[command(after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md")]
     Ingest(IngestArgs),
     /// Answer a question from the indexed documents, with sources
-    #[command(after_help = "Examples:\n  rag ask \"What does the KV cache store?\"\n  rag ask --json --temperature 0 \"Why is decode slower than prefill?\"")]
+    #[command(
+        after_help = "Examples:\n  rag ask \"What does the KV cache store?\"\n  rag ask --json --temperature 0 \"Why is decode slower than prefill?\""
+    )]
     Ask(AskArgs),
     /// Multi-turn chat; with stdin not a terminal, one question per line
-    #[command(after_help = "Examples:\n  rag chat\n  printf 'What is prefill?\\nAnd decode?\\n' | rag chat -v")]
+    #[command(
+        after_help = "Examples:\n  rag chat\n  printf 'What is prefill?\\nAnd decode?\\n' | rag chat -v"
+    )]
     Chat(ChatArgs),
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
     #[command(hide = true)]

@@ -141,7 +141,12 @@ impl Default for EmbedSettings {
 }
 impl Default for ChunkSettings {
     fn default() -> Self {
-        ChunkSettings { max_tokens: 200, min_tokens: 120, overlap_tokens: 0, max_file_bytes: 10_000_000 }
+        ChunkSettings {
+            max_tokens: 200,
+            min_tokens: 120,
+            overlap_tokens: 0,
+            max_file_bytes: 10_000_000,
+        }
     }
 }
 impl Default for RetrievalSettings {
@@ -152,7 +157,7 @@ impl Default for RetrievalSettings {
             rrf_k: 60.0,
             vector_weight: 1.0,
             text_weight: 1.0,
-            min_similarity: 0.3,
+            min_similarity: 0.25,
         }
     }
 }
@@ -178,8 +183,14 @@ impl Default for LlmSettings {
 }
 
 /// Keys whose values are paths, resolved against the layer they came from.
-const PATH_KEYS: &[&str] =
-    &["index.dir", "embed.model", "embed.tokenizer_dir", "embed.ort_lib", "llm.model", "llm.large_model"];
+const PATH_KEYS: &[&str] = &[
+    "index.dir",
+    "embed.model",
+    "embed.tokenizer_dir",
+    "embed.ort_lib",
+    "llm.model",
+    "llm.large_model",
+];
 
 /// One layer of overrides from the command line: (`section.key`, value).
 pub type Overrides = Vec<(&'static str, Value)>;
@@ -197,7 +208,9 @@ fn resolve_with(
     env: &dyn Fn(&str) -> Option<String>,
     cwd: &Path,
 ) -> Result<Settings> {
-    let explicit = config.map(Path::to_path_buf).or_else(|| env("RAG_CONFIG").map(PathBuf::from));
+    let explicit = config
+        .map(Path::to_path_buf)
+        .or_else(|| env("RAG_CONFIG").map(PathBuf::from));
     let file = match explicit {
         Some(p) => {
             let p = cwd.join(p);
@@ -213,17 +226,26 @@ fn resolve_with(
     };
     // Defaults are relative to the config file's folder when there is one, so `rag` works
     // from any subfolder given --config, and from the project root without it.
-    let base = file.as_deref().and_then(Path::parent).unwrap_or(cwd).to_path_buf();
+    let base = file
+        .as_deref()
+        .and_then(Path::parent)
+        .unwrap_or(cwd)
+        .to_path_buf();
 
-    let mut table = Value::try_from(Settings::default())?.as_table().cloned().unwrap_or_default();
+    let mut table = Value::try_from(Settings::default())?
+        .as_table()
+        .cloned()
+        .unwrap_or_default();
     resolve_paths(&mut table, &base);
 
     if let Some(path) = &file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut layer: Table = toml::from_str(&text)
             .map_err(|e| ExitError::usage(format!("{} is not valid TOML: {e}", path.display())))?;
         // Validate keys and types against the schema before merging, so an error names the file.
-        Value::Table(layer.clone()).try_into::<Settings>()
+        Value::Table(layer.clone())
+            .try_into::<Settings>()
             .map_err(|e| ExitError::usage(format!("{}: {e}", path.display())))?;
         resolve_paths(&mut layer, path.parent().unwrap_or(cwd));
         merge(&mut table, layer);
@@ -247,8 +269,9 @@ fn resolve_with(
     resolve_paths(&mut flag_layer, cwd);
     merge(&mut table, flag_layer);
 
-    let mut settings =
-        Value::Table(table).try_into::<Settings>().map_err(|e| ExitError::usage(format!("settings: {e}")))?;
+    let mut settings = Value::Table(table)
+        .try_into::<Settings>()
+        .map_err(|e| ExitError::usage(format!("settings: {e}")))?;
     settings.root = base;
     settings.validate()?;
     Ok(settings)
@@ -258,7 +281,9 @@ fn resolve_with(
 fn env_layer(defaults: &Table, env: &dyn Fn(&str) -> Option<String>) -> Result<Table> {
     let mut out = Table::new();
     for (section, keys) in defaults {
-        let Some(keys) = keys.as_table() else { continue };
+        let Some(keys) = keys.as_table() else {
+            continue;
+        };
         for (key, default) in keys {
             let var = format!("RAG_{}_{}", section.to_uppercase(), key.to_uppercase());
             let Some(raw) = env(&var) else { continue };
@@ -311,10 +336,16 @@ impl Settings {
     fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(ExitError::usage(msg));
         if !["hybrid", "vector", "text"].contains(&self.retrieval.mode.as_str()) {
-            return bad(format!("retrieval.mode = {:?}: use hybrid, vector or text", self.retrieval.mode));
+            return bad(format!(
+                "retrieval.mode = {:?}: use hybrid, vector or text",
+                self.retrieval.mode
+            ));
         }
         if !["small", "large", "auto"].contains(&self.llm.route.as_str()) {
-            return bad(format!("llm.route = {:?}: use small, large or auto", self.llm.route));
+            return bad(format!(
+                "llm.route = {:?}: use small, large or auto",
+                self.llm.route
+            ));
         }
         if self.retrieval.top_k == 0 {
             return bad("retrieval.top_k must be at least 1".into());
@@ -329,7 +360,9 @@ impl Settings {
                 self.embed.max_length.saturating_sub(2)
             ));
         }
-        if self.chunk.min_tokens > self.chunk.max_tokens || self.chunk.overlap_tokens >= self.chunk.min_tokens {
+        if self.chunk.min_tokens > self.chunk.max_tokens
+            || self.chunk.overlap_tokens >= self.chunk.min_tokens
+        {
             return bad("need chunk.overlap_tokens < chunk.min_tokens <= chunk.max_tokens".into());
         }
         if self.llm.n_batch == 0 {
@@ -379,11 +412,19 @@ mod tests {
         if let Some(text) = file {
             std::fs::write(dir.path().join("rag.toml"), text).unwrap();
         }
-        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let get = move |k: &str| env.get(k).cloned();
         resolve_with(None, flags, &get, dir.path()).map(|mut s| {
             // Make paths comparable across temp dirs.
-            s.llm.model = s.llm.model.strip_prefix(dir.path()).map(Path::to_path_buf).unwrap_or(s.llm.model);
+            s.llm.model = s
+                .llm
+                .model
+                .strip_prefix(dir.path())
+                .map(Path::to_path_buf)
+                .unwrap_or(s.llm.model);
             s
         })
     }
@@ -395,7 +436,12 @@ mod tests {
         assert_eq!(run(Some(file), &[], vec![]).unwrap().llm.n_ctx, 1024);
         let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], vec![]).unwrap();
         assert_eq!((s.llm.n_ctx, s.llm.top_p), (512, 0.5));
-        let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], vec![("llm.n_ctx", Value::Integer(256))]).unwrap();
+        let s = run(
+            Some(file),
+            &[("RAG_LLM_N_CTX", "512")],
+            vec![("llm.n_ctx", Value::Integer(256))],
+        )
+        .unwrap();
         assert_eq!(s.llm.n_ctx, 256);
     }
 

@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use anyhow::{anyhow, Context, Result};
 use fastembed::{
-    AutoDevicePolicy, InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding, TokenizerFiles,
-    UserDefinedEmbeddingModel,
+    AutoDevicePolicy, InitOptionsUserDefined, Pooling, QuantizationMode, TextEmbedding,
+    TokenizerFiles, UserDefinedEmbeddingModel,
 };
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
@@ -99,10 +99,15 @@ impl Embedder {
             .with_session_config("session.inter_op.allow_spinning", "0")
             .with_auto_device(AutoDevicePolicy::PreferCPU);
         let mut model = TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| {
-            ExitError::model(format!("cannot load the embedding model {}: {e}", s.model.display()))
+            ExitError::model(format!(
+                "cannot load the embedding model {}: {e}",
+                s.model.display()
+            ))
         })?;
         let mut counter = model.tokenizer.clone();
-        counter.with_truncation(None).map_err(|e| anyhow!("configuring the tokenizer: {e}"))?;
+        counter
+            .with_truncation(None)
+            .map_err(|e| anyhow!("configuring the tokenizer: {e}"))?;
         counter.with_padding(None);
         let dim = model
             .embed(["dimension probe"], None)
@@ -110,11 +115,19 @@ impl Embedder {
             .first()
             .map(Vec::len)
             .context("the embedding model returned no vector")?;
-        let name = s.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = s
+            .model
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Ok(Embedder {
             model,
             counter,
-            info: ModelInfo { name, dim, file_hash },
+            info: ModelInfo {
+                name,
+                dim,
+                file_hash,
+            },
             max_length: s.max_length,
             batch_size: s.batch_size,
         })
@@ -122,7 +135,10 @@ impl Embedder {
 
     /// Tokens the model sees for `text`, special tokens included.
     pub fn count_tokens(&self, text: &str) -> usize {
-        self.counter.encode(text, true).map(|e| e.len()).unwrap_or(usize::MAX)
+        self.counter
+            .encode(text, true)
+            .map(|e| e.len())
+            .unwrap_or(usize::MAX)
     }
 
     /// The tokenizer without special tokens, truncation or padding: the chunker's sizer.
@@ -139,7 +155,10 @@ impl Embedder {
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
             let inputs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
-            let vectors = self.model.embed(&inputs, Some(self.batch_size)).map_err(|e| anyhow!("embedding: {e}"))?;
+            let vectors = self
+                .model
+                .embed(&inputs, Some(self.batch_size))
+                .map_err(|e| anyhow!("embedding: {e}"))?;
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
@@ -148,6 +167,8 @@ impl Embedder {
     }
 
     pub fn embed_query(&mut self, query: &str) -> Result<Vec<f32>> {
-        self.embed(&[query.to_string()])?.pop().context("the embedding model returned no vector")
+        self.embed(&[query.to_string()])?
+            .pop()
+            .context("the embedding model returned no vector")
     }
 }

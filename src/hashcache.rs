@@ -27,9 +27,14 @@ pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0);
-    let key = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf()).to_string_lossy().into_owned();
-    let mut entries: BTreeMap<String, Entry> =
-        std::fs::read_to_string(memo).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
+    let key = std::path::absolute(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .to_string_lossy()
+        .into_owned();
+    let mut entries: BTreeMap<String, Entry> = std::fs::read_to_string(memo)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
     if let Some(e) = entries.get(&key) {
         if e.size == meta.len() && e.mtime_ns == mtime_ns {
             return Ok(e.sha256.clone());
@@ -39,14 +44,27 @@ pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).with_context(|| format!("reading {}", file.display()))?;
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", file.display()))?;
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
     }
-    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    entries.insert(key, Entry { size: meta.len(), mtime_ns, sha256: hex.clone() });
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    entries.insert(
+        key,
+        Entry {
+            size: meta.len(),
+            mtime_ns,
+            sha256: hex.clone(),
+        },
+    );
     // Best effort: a read-only index folder only costs a re-hash next time.
     if let Some(dir) = memo.parent() {
         let tmp = dir.join(format!(".{}.tmp", std::process::id()));
@@ -66,7 +84,10 @@ mod tests {
         let memo = dir.path().join("memo.json");
         std::fs::write(&file, b"abc").unwrap();
         let h = super::sha256(&file, &memo).unwrap();
-        assert_eq!(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            h,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         assert!(memo.exists());
         assert_eq!(super::sha256(&file, &memo).unwrap(), h);
         std::fs::write(&file, b"abcd").unwrap();

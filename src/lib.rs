@@ -84,13 +84,17 @@ impl ExitError {
 
 /// The exit code an error maps to: the first [`ExitError`] in its chain decides.
 pub fn exit_code_of(err: &anyhow::Error) -> Exit {
-    err.chain().find_map(|e| e.downcast_ref::<ExitError>()).map_or(Exit::Failure, |e| e.exit)
+    err.chain()
+        .find_map(|e| e.downcast_ref::<ExitError>())
+        .map_or(Exit::Failure, |e| e.exit)
 }
 
 /// A closed stdout (`rag ask … | head -1`) is not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|e| e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Flags that override settings, as (`section.key`, value).
@@ -121,7 +125,15 @@ fn overrides(cli: &Cli) -> config::Overrides {
         }
         Command::Search(a) => retrieval(&mut o, &a.retrieval),
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
-        Command::Ask(cli::AskArgs { retrieval: r, gen: a, .. }) | Command::Chat(cli::ChatArgs { retrieval: r, gen: a }) => {
+        Command::Ask(cli::AskArgs {
+            retrieval: r,
+            gen: a,
+            ..
+        })
+        | Command::Chat(cli::ChatArgs {
+            retrieval: r,
+            gen: a,
+        }) => {
             retrieval(&mut o, r);
             gen(&mut o, a);
         }
@@ -159,7 +171,9 @@ fn gen(o: &mut config::Overrides, a: &cli::GenArgs) {
 /// Resolves settings and runs one command.
 pub fn run(cli: Cli) -> Result<Exit> {
     let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
-    let ui = ui::Ui { quiet: cli.global.quiet };
+    let ui = ui::Ui {
+        quiet: cli.global.quiet,
+    };
     if cli.global.show_settings {
         ui.out(&settings.to_toml())?;
         return Ok(Exit::Success);
@@ -171,16 +185,30 @@ pub fn run(cli: Cli) -> Result<Exit> {
         .build()?;
     match &cli.command {
         Command::Ingest(a) => {
-            let opts = ingest::IngestOptions { rebuild: a.rebuild, dry_run: a.dry_run, prune: !a.no_prune };
+            let opts = ingest::IngestOptions {
+                rebuild: a.rebuild,
+                dry_run: a.dry_run,
+                prune: !a.no_prune,
+            };
             let report = ingest::run(&settings, &a.paths, &opts, &ui, &rt)?;
             if a.json {
                 ui.json(&report)?;
             } else {
                 print_ingest(&ui, &report)?;
             }
-            Ok(if report.files_failed.is_empty() { Exit::Success } else { Exit::PartialIngest })
+            Ok(if report.files_failed.is_empty() {
+                Exit::Success
+            } else {
+                Exit::PartialIngest
+            })
         }
-        Command::Search(a) => ask::search(&settings, &query(&settings, &a.query, &a.retrieval), a.json, &ui, &rt),
+        Command::Search(a) => ask::search(
+            &settings,
+            &query(&settings, &a.query, &a.retrieval),
+            a.json,
+            &ui,
+            &rt,
+        ),
         Command::Ask(a) => {
             let o = ask::AskOptions {
                 stream: !a.no_stream,
@@ -190,11 +218,19 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 stats: a.stats,
                 cache: !a.no_cache,
             };
-            ask::ask(&settings, &query(&settings, &a.question, &a.retrieval), &o, &ui, &rt)
+            ask::ask(
+                &settings,
+                &query(&settings, &a.question, &a.retrieval),
+                &o,
+                &ui,
+                &rt,
+            )
         }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::Chat(a) => {
-            let o = chat::ChatOptions { verbose: a.retrieval.verbose };
+            let o = chat::ChatOptions {
+                verbose: a.retrieval.verbose,
+            };
             chat::run(&settings, &query(&settings, "", &a.retrieval), &o, &ui, &rt)
         }
     }
@@ -212,12 +248,19 @@ fn query(settings: &config::Settings, text: &str, r: &cli::RetrievalArgs) -> ask
 
 fn print_ingest(ui: &ui::Ui, r: &ingest::Report) -> Result<()> {
     if let Some(plan) = &r.dry_run {
-        for (what, list) in [("add", &plan.added), ("change", &plan.changed), ("remove", &plan.removed)] {
+        for (what, list) in [
+            ("add", &plan.added),
+            ("change", &plan.changed),
+            ("remove", &plan.removed),
+        ] {
             for p in list {
                 ui.outln(&format!("{what:7} {p}"))?;
             }
         }
-        ui.info(&format!("dry run: nothing written ({} unchanged)", plan.unchanged));
+        ui.info(&format!(
+            "dry run: nothing written ({} unchanged)",
+            plan.unchanged
+        ));
         return Ok(());
     }
     for f in &r.files_failed {

@@ -125,7 +125,9 @@ impl Llm {
     pub fn load(path: &Path, vocab_only: bool) -> Result<Llm> {
         check_gguf(path)?;
         let backend = backend()?;
-        let params = LlamaModelParams::default().with_use_mmap(true).with_vocab_only(vocab_only);
+        let params = LlamaModelParams::default()
+            .with_use_mmap(true)
+            .with_vocab_only(vocab_only);
         let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
             ExitError::model(format!(
                 "llama.cpp could not load {} ({e}); the file may be truncated or of an unsupported architecture",
@@ -137,7 +139,11 @@ impl Llm {
             .chat_template(None)
             .or_else(|_| LlamaChatTemplate::new("chatml").map_err(|e| anyhow!(e)))
             .context("reading the model's chat template")?;
-        Ok(Llm { model, template, path: path.to_path_buf() })
+        Ok(Llm {
+            model,
+            template,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Tokens of `text`; `special` lets text like `<|im_start|>` become control tokens, so it
@@ -183,9 +189,12 @@ impl Llm {
         let mut rest = rendered.as_str();
         for (i, m) in messages.iter().enumerate() {
             let s = sentinel(i);
-            let at = rest
-                .find(&s)
-                .ok_or_else(|| anyhow!("the chat template of {} dropped message {i}", self.path.display()))?;
+            let at = rest.find(&s).ok_or_else(|| {
+                anyhow!(
+                    "the chat template of {} dropped message {i}",
+                    self.path.display()
+                )
+            })?;
             tokens.extend(self.tokenize(&rest[..at], true));
             for part in &m.parts {
                 tokens.extend(self.tokenize(part, false));
@@ -196,19 +205,40 @@ impl Llm {
         Ok(tokens)
     }
 
+    /// The prompt text exactly as the chat template renders it (for `--dry-run`).
+    pub fn render(&self, messages: &[Message]) -> Result<String> {
+        let chat = messages
+            .iter()
+            .map(|m| LlamaChatMessage::new(m.role.to_string(), m.parts.concat()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .context("building chat messages")?;
+        self.model
+            .apply_chat_template(&self.template, &chat, true)
+            .map_err(|e| anyhow!("applying the chat template of {}: {e}", self.path.display()))
+    }
+
     pub fn session(&self, p: &ContextParams) -> Result<Session<'_>> {
-        let n_ctx = if p.n_ctx == 0 { self.model.n_ctx_train() } else { p.n_ctx };
+        let n_ctx = if p.n_ctx == 0 {
+            self.model.n_ctx_train()
+        } else {
+            p.n_ctx
+        };
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(p.n_batch)
             .with_n_ubatch(p.n_batch)
             .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
             .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
-        let ctx = self
-            .model
-            .new_context(backend()?, params)
-            .map_err(|e| anyhow!("creating a llama.cpp context of {n_ctx} tokens: {e}; try a smaller llm.n_ctx"))?;
-        Ok(Session { llm: self, ctx, tokens: Vec::new(), n_batch: p.n_batch as usize, last_logits: 0 })
+        let ctx = self.model.new_context(backend()?, params).map_err(|e| {
+            anyhow!("creating a llama.cpp context of {n_ctx} tokens: {e}; try a smaller llm.n_ctx")
+        })?;
+        Ok(Session {
+            llm: self,
+            ctx,
+            tokens: Vec::new(),
+            n_batch: p.n_batch as usize,
+            last_logits: 0,
+        })
     }
 }
 
@@ -284,7 +314,9 @@ impl Session<'_> {
     pub fn load_state(&mut self, path: &Path, expect: &[i32]) -> bool {
         let loaded = self.ctx.state_load_file(path, self.n_ctx());
         match loaded {
-            Ok(tokens) if ids(&tokens) == expect && !tokens.is_empty() && tokens.len() < self.n_ctx() => {
+            Ok(tokens)
+                if ids(&tokens) == expect && !tokens.is_empty() && tokens.len() < self.n_ctx() =>
+            {
                 self.tokens = tokens;
                 // The saved logits belong to the last saved token; prefill always re-decodes
                 // at least one token, so they are never used.
@@ -313,7 +345,12 @@ impl Session<'_> {
                 self.n_ctx()
             ));
         }
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
         // The last prompt token is always decoded again: its logits start the answer.
         let mut keep = common.min(prompt.len() - 1);
         let trimmed = self
@@ -336,21 +373,37 @@ impl Session<'_> {
                 let last = base + i == prompt.len() - 1;
                 batch.add(t, (base + i) as i32, &[0], last)?;
             }
-            self.ctx.decode(&mut batch).map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
             self.tokens.extend_from_slice(slice);
         }
         self.last_logits = batch.n_tokens() - 1;
-        Ok(Prefill { prompt_tokens: prompt.len(), cached_tokens: keep, ms: start.elapsed().as_secs_f64() * 1e3 })
+        Ok(Prefill {
+            prompt_tokens: prompt.len(),
+            cached_tokens: keep,
+            ms: start.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     /// Samples up to `s.max_tokens` tokens after a prefill and hands each UTF-8-complete piece
     /// to `on_piece`; returning `false` from it stops generation.
-    pub fn generate(&mut self, s: &Sampling, mut on_piece: impl FnMut(&str) -> bool) -> Result<Decode> {
+    pub fn generate(
+        &mut self,
+        s: &Sampling,
+        mut on_piece: impl FnMut(&str) -> bool,
+    ) -> Result<Decode> {
         let start = Instant::now();
         let llm = self.llm;
         let mut chain = Vec::new();
         if s.repeat_penalty != 1.0 && s.repeat_last_n != 0 {
-            chain.push(LlamaSampler::penalties(llm.n_vocab(), s.repeat_last_n, s.repeat_penalty, 0.0, 0.0));
+            chain.push(LlamaSampler::penalties(
+                llm.n_vocab(),
+                s.repeat_last_n,
+                s.repeat_penalty,
+                0.0,
+                0.0,
+            ));
         }
         if s.temperature <= 0.0 {
             chain.push(LlamaSampler::greedy());
@@ -378,7 +431,8 @@ impl Session<'_> {
             out.tokens += 1;
             generated.push(token);
             if let Some(text) = utf8.push(&bytes) {
-                out.first_piece_ms.get_or_insert(start.elapsed().as_secs_f64() * 1e3);
+                out.first_piece_ms
+                    .get_or_insert(start.elapsed().as_secs_f64() * 1e3);
                 if !on_piece(&text) {
                     out.stop = StopReason::Cancelled;
                     break;
@@ -394,7 +448,9 @@ impl Session<'_> {
             }
             batch.clear();
             batch.add(token, self.tokens.len() as i32, &[0], true)?;
-            self.ctx.decode(&mut batch).map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
+            self.ctx
+                .decode(&mut batch)
+                .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
             self.tokens.push(token);
             self.last_logits = 0;
         }
@@ -463,8 +519,14 @@ mod tests {
         assert_eq!(super::repeating_tail(&t(&looped), 3), Some(9));
         assert_eq!(super::repeating_tail(&t(&looped), 4), None);
         // Short repeats (table rows, "| |") are not loops.
-        assert_eq!(super::repeating_tail(&t(&[1, 2, 1, 2, 1, 2, 1, 2]), 2), None);
-        assert_eq!(super::repeating_tail(&t(&(1..=40).collect::<Vec<_>>()), 2), None);
+        assert_eq!(
+            super::repeating_tail(&t(&[1, 2, 1, 2, 1, 2, 1, 2]), 2),
+            None
+        );
+        assert_eq!(
+            super::repeating_tail(&t(&(1..=40).collect::<Vec<_>>()), 2),
+            None
+        );
     }
 
     #[test]

@@ -10,7 +10,11 @@ fn main() -> ExitCode {
         Err(e) => {
             // --help and --version print to stdout and succeed; usage errors exit 2.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { rag::Exit::Usage as u8 } else { 0 });
+            return ExitCode::from(if e.use_stderr() {
+                rag::Exit::Usage as u8
+            } else {
+                0
+            });
         }
     };
     match rag::run(cli) {

@@ -43,16 +43,23 @@ impl PromptCache {
             h.update(p.as_bytes());
             h.update(b"\0");
         }
-        PromptCache { dir: index_dir.join("prompt-cache"), key: h.finalize().to_hex()[..16].to_string(), max_bytes }
+        PromptCache {
+            dir: index_dir.join("prompt-cache"),
+            key: h.finalize().to_hex()[..16].to_string(),
+            max_bytes,
+        }
     }
 
     fn sidecars(&self) -> Vec<PathBuf> {
         let prefix = format!("{}-", self.key);
-        let Ok(rd) = std::fs::read_dir(&self.dir) else { return Vec::new() };
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
         rd.filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.extension().is_some_and(|x| x == "json")
-                    && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
             })
             .collect()
     }
@@ -63,14 +70,20 @@ impl PromptCache {
         let mut best: Option<Entry> = None;
         for side in self.sidecars() {
             let state = side.with_extension("state");
-            let parsed = std::fs::read_to_string(&side).ok().and_then(|t| serde_json::from_str::<Sidecar>(&t).ok());
+            let parsed = std::fs::read_to_string(&side)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Sidecar>(&t).ok());
             let Some(s) = parsed.filter(|s| s.key == self.key && state.is_file()) else {
                 self.discard(&state);
                 continue;
             };
             let common = common_prefix(&s.tokens, tokens);
             if common >= min_common && best.as_ref().is_none_or(|b| common > b.common) {
-                best = Some(Entry { state, tokens: s.tokens, common });
+                best = Some(Entry {
+                    state,
+                    tokens: s.tokens,
+                    common,
+                });
             }
         }
         if let Some(b) = &best {
@@ -95,7 +108,8 @@ impl PromptCache {
         if self.max_bytes == 0 || tokens.is_empty() {
             return Ok(());
         }
-        std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
         let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         let name = format!("{}-{}", self.key, &blake3::hash(&bytes).to_hex()[..16]);
         let state = self.dir.join(format!("{name}.state"));
@@ -105,11 +119,21 @@ impl PromptCache {
         }
         // Write both under temporary names and rename the sidecar last: an entry is visible
         // only when complete, so a crash mid-write leaves no trusted half entry.
-        let tmp_state = self.dir.join(format!(".{name}.{}.state", std::process::id()));
+        let tmp_state = self
+            .dir
+            .join(format!(".{name}.{}.state", std::process::id()));
         save(&tmp_state)?;
         std::fs::rename(&tmp_state, &state)?;
-        let tmp_side = self.dir.join(format!(".{name}.{}.json", std::process::id()));
-        std::fs::write(&tmp_side, serde_json::to_string(&Sidecar { key: self.key.clone(), tokens: tokens.to_vec() })?)?;
+        let tmp_side = self
+            .dir
+            .join(format!(".{name}.{}.json", std::process::id()));
+        std::fs::write(
+            &tmp_side,
+            serde_json::to_string(&Sidecar {
+                key: self.key.clone(),
+                tokens: tokens.to_vec(),
+            })?,
+        )?;
         std::fs::rename(&tmp_side, &side)?;
         self.evict();
         Ok(())
@@ -117,12 +141,16 @@ impl PromptCache {
 
     /// Deletes least recently used entries (of any key) until the folder fits the bound.
     fn evict(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else { return };
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
         let mut entries: Vec<(SystemTime, u64, PathBuf)> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.extension().is_some_and(|x| x == "state")
-                    && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
             })
             .map(|p| {
                 let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);

@@ -53,7 +53,10 @@ pub struct Ranked {
 /// better single rank, then on chunk id, so equal inputs always give equal outputs.
 pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
     let mut by_id: HashMap<&str, Ranked> = HashMap::new();
-    for (list, weight, is_vector) in [(vector, f.vector_weight, true), (text, f.text_weight, false)] {
+    for (list, weight, is_vector) in [
+        (vector, f.vector_weight, true),
+        (text, f.text_weight, false),
+    ] {
         for (i, hit) in list.iter().enumerate() {
             let rank = i + 1;
             let r = by_id.entry(hit.id.as_str()).or_insert_with(|| Ranked {
@@ -75,9 +78,16 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
         }
     }
     let mut out: Vec<Ranked> = by_id.into_values().collect();
-    let best = |r: &Ranked| r.vector_rank.unwrap_or(usize::MAX).min(r.text_rank.unwrap_or(usize::MAX));
+    let best = |r: &Ranked| {
+        r.vector_rank
+            .unwrap_or(usize::MAX)
+            .min(r.text_rank.unwrap_or(usize::MAX))
+    };
     out.sort_by(|a, b| {
-        b.score.total_cmp(&a.score).then_with(|| best(a).cmp(&best(b))).then_with(|| a.hit.id.cmp(&b.hit.id))
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| best(a).cmp(&best(b)))
+            .then_with(|| a.hit.id.cmp(&b.hit.id))
     });
     out
 }
@@ -95,11 +105,17 @@ pub fn merge_adjacent(ranked: Vec<Ranked>) -> Vec<Ranked> {
         match target {
             None => out.push(r),
             Some(o) => {
-                let (first, second) =
-                    if r.hit.line_start < o.hit.line_start { (&r.hit, &o.hit) } else { (&o.hit, &r.hit) };
+                let (first, second) = if r.hit.line_start < o.hit.line_start {
+                    (&r.hit, &o.hit)
+                } else {
+                    (&o.hit, &r.hit)
+                };
                 let text = join_overlapping(&first.text, &second.text);
                 let heading = first.heading.clone();
-                let lines = (first.line_start.min(second.line_start), first.line_end.max(second.line_end));
+                let lines = (
+                    first.line_start.min(second.line_start),
+                    first.line_end.max(second.line_end),
+                );
                 (o.hit.line_start, o.hit.line_end) = lines;
                 o.hit.text = text;
                 o.hit.heading = heading;
@@ -124,7 +140,10 @@ fn join_overlapping(a: &str, b: &str) -> String {
     let a_lines: Vec<&str> = a.lines().collect();
     let b_lines: Vec<&str> = b.lines().collect();
     let max = a_lines.len().min(b_lines.len());
-    let shared = (1..=max).rev().find(|&n| a_lines[a_lines.len() - n..] == b_lines[..n]).unwrap_or(0);
+    let shared = (1..=max)
+        .rev()
+        .find(|&n| a_lines[a_lines.len() - n..] == b_lines[..n])
+        .unwrap_or(0);
     if shared == 0 {
         if b.contains(a) {
             return b.to_string();
@@ -214,7 +233,11 @@ mod tests {
             score: 0.5,
         }
     }
-    const F: Fusion = Fusion { k: 60.0, vector_weight: 1.0, text_weight: 1.0 };
+    const F: Fusion = Fusion {
+        k: 60.0,
+        vector_weight: 1.0,
+        text_weight: 1.0,
+    };
 
     #[test]
     fn rrf_rewards_agreement_and_breaks_ties_stably() {
@@ -229,13 +252,19 @@ mod tests {
         assert_eq!(fused[1].hit.id, "a");
         assert_eq!(fused[2].hit.id, "c");
         let again = fuse(&[a, b.clone()], &[b, c], F);
-        assert_eq!(fused.iter().map(|r| &r.hit.id).collect::<Vec<_>>(), again.iter().map(|r| &r.hit.id).collect::<Vec<_>>());
+        assert_eq!(
+            fused.iter().map(|r| &r.hit.id).collect::<Vec<_>>(),
+            again.iter().map(|r| &r.hit.id).collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn filters_from_flags() {
         assert_eq!(filter(None, None), None);
-        assert_eq!(filter(Some("docs/**/*.md"), None).unwrap(), r"path LIKE 'docs/%/%.md'");
+        assert_eq!(
+            filter(Some("docs/**/*.md"), None).unwrap(),
+            r"path LIKE 'docs/%/%.md'"
+        );
         assert_eq!(
             filter(Some("a_b?'"), Some("line_start > 3")).unwrap(),
             r"path LIKE 'a\_b_''' AND (line_start > 3)"
@@ -246,13 +275,23 @@ mod tests {
     fn weights_shift_the_order() {
         let a = hit("a", "x", (1, 2), "a");
         let c = hit("c", "z", (1, 2), "c");
-        let f = Fusion { text_weight: 2.0, ..F };
+        let f = Fusion {
+            text_weight: 2.0,
+            ..F
+        };
         assert_eq!(fuse(&[a.clone()], &[c.clone()], f)[0].hit.id, "c");
     }
 
     #[test]
     fn adjacent_chunks_merge_without_repeating_lines() {
-        let r = |h: Hit| Ranked { hit: h, score: 1.0, vector_score: None, text_score: None, vector_rank: None, text_rank: None };
+        let r = |h: Hit| Ranked {
+            hit: h,
+            score: 1.0,
+            vector_score: None,
+            text_score: None,
+            vector_rank: None,
+            text_rank: None,
+        };
         let first = hit("1", "f.md", (1, 3), "one\ntwo\nthree");
         let second = hit("2", "f.md", (3, 5), "three\nfour\nfive");
         let other = hit("3", "g.md", (1, 1), "g");

@@ -15,8 +15,8 @@ use anyhow::{anyhow, Context, Result};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type, UInt32Type, UInt64Type};
 use arrow_array::{
-    Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, RecordBatchIterator, RecordBatchReader,
-    StringArray, UInt32Array, UInt64Array,
+    Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, RecordBatchIterator,
+    RecordBatchReader, StringArray, UInt32Array, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
@@ -55,7 +55,12 @@ pub struct ChunkMeta {
 
 impl IndexMeta {
     pub fn new(embed: ModelInfo, chunk: ChunkMeta, root: PathBuf) -> IndexMeta {
-        IndexMeta { layout: LAYOUT_VERSION, embed, chunk, root }
+        IndexMeta {
+            layout: LAYOUT_VERSION,
+            embed,
+            chunk,
+            root,
+        }
     }
 }
 
@@ -119,7 +124,10 @@ fn chunk_schema(dim: usize) -> SchemaRef {
         Field::new("file_hash", DataType::Utf8, false),
         Field::new(
             "vector",
-            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), dim as i32),
+            DataType::FixedSizeList(
+                Arc::new(Field::new("item", DataType::Float32, true)),
+                dim as i32,
+            ),
             false,
         ),
     ]))
@@ -146,8 +154,13 @@ fn path_in(paths: &[&str]) -> String {
 }
 
 async fn connect(dir: &Path) -> Result<Connection> {
-    let uri = dir.to_str().ok_or_else(|| anyhow!("index folder {} is not valid UTF-8", dir.display()))?;
-    lancedb::connect(uri).execute().await.with_context(|| format!("opening the index at {}", dir.display()))
+    let uri = dir
+        .to_str()
+        .ok_or_else(|| anyhow!("index folder {} is not valid UTF-8", dir.display()))?;
+    lancedb::connect(uri)
+        .execute()
+        .await
+        .with_context(|| format!("opening the index at {}", dir.display()))
 }
 
 impl Store {
@@ -184,12 +197,23 @@ impl Store {
         }
         let db = connect(dir).await?;
         let chunks = db.open_table(CHUNKS).execute().await.map_err(|e| {
-            ExitError::incompatible(format!("the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`", dir.display()))
+            ExitError::incompatible(format!(
+                "the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`",
+                dir.display()
+            ))
         })?;
         let files = db.open_table(FILES).execute().await.map_err(|e| {
-            ExitError::incompatible(format!("the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`", dir.display()))
+            ExitError::incompatible(format!(
+                "the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`",
+                dir.display()
+            ))
         })?;
-        Ok(Store { db, chunks, files, meta })
+        Ok(Store {
+            db,
+            chunks,
+            files,
+            meta,
+        })
     }
 
     /// Opens the index, creating it if missing. An index made with another model or other
@@ -200,7 +224,8 @@ impl Store {
             store.check(&meta)?;
             return Ok(store);
         }
-        std::fs::create_dir_all(dir).with_context(|| format!("creating the index folder {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the index folder {}", dir.display()))?;
         let db = connect(dir).await?;
         let names = db.table_names().execute().await?;
         // Tables left by an ingest killed before index.json was written are recreated.
@@ -209,13 +234,30 @@ impl Store {
                 db.drop_table(name, &[]).await?;
             }
         }
-        let chunks = db.create_empty_table(CHUNKS, chunk_schema(meta.embed.dim)).execute().await?;
-        let files = db.create_empty_table(FILES, file_schema()).execute().await?;
+        let chunks = db
+            .create_empty_table(CHUNKS, chunk_schema(meta.embed.dim))
+            .execute()
+            .await?;
+        // The full-text index exists from the start, so an ingest killed before its end
+        // leaves an index whose text search works (rows not yet indexed are scanned).
+        chunks
+            .create_index(&["text"], Index::FTS(FtsIndexBuilder::default()))
+            .execute()
+            .await?;
+        let files = db
+            .create_empty_table(FILES, file_schema())
+            .execute()
+            .await?;
         // index.json last: its presence says the tables are complete.
         let tmp = dir.join(format!("{META}.tmp"));
         std::fs::write(&tmp, serde_json::to_string_pretty(&meta)?)?;
         std::fs::rename(&tmp, dir.join(META))?;
-        Ok(Store { db, chunks, files, meta })
+        Ok(Store {
+            db,
+            chunks,
+            files,
+            meta,
+        })
     }
 
     /// Fails unless the index was made with `want`'s model and chunk settings.
@@ -234,7 +276,10 @@ impl Store {
             ));
         }
         if have.chunk != want.chunk {
-            diffs.push(format!("chunk settings {:?} vs {:?}", have.chunk, want.chunk));
+            diffs.push(format!(
+                "chunk settings {:?} vs {:?}",
+                have.chunk, want.chunk
+            ));
         }
         if diffs.is_empty() {
             return Ok(());
@@ -260,11 +305,26 @@ impl Store {
         let batches: Vec<RecordBatch> = self.files.query().execute().await?.try_collect().await?;
         let mut out = HashMap::new();
         for b in &batches {
-            let path = b.column_by_name("path").context("files.path")?.as_string::<i32>();
-            let hash = b.column_by_name("hash").context("files.hash")?.as_string::<i32>();
-            let size = b.column_by_name("size").context("files.size")?.as_primitive::<UInt64Type>();
-            let mtime = b.column_by_name("mtime_ns").context("files.mtime_ns")?.as_primitive::<Int64Type>();
-            let chunks = b.column_by_name("chunks").context("files.chunks")?.as_primitive::<UInt32Type>();
+            let path = b
+                .column_by_name("path")
+                .context("files.path")?
+                .as_string::<i32>();
+            let hash = b
+                .column_by_name("hash")
+                .context("files.hash")?
+                .as_string::<i32>();
+            let size = b
+                .column_by_name("size")
+                .context("files.size")?
+                .as_primitive::<UInt64Type>();
+            let mtime = b
+                .column_by_name("mtime_ns")
+                .context("files.mtime_ns")?
+                .as_primitive::<Int64Type>();
+            let chunks = b
+                .column_by_name("chunks")
+                .context("files.chunks")?
+                .as_primitive::<UInt32Type>();
             for i in 0..b.num_rows() {
                 let s = FileState {
                     path: path.value(i).to_string(),
@@ -297,17 +357,28 @@ impl Store {
         let batch = RecordBatch::try_new(
             file_schema(),
             vec![
-                Arc::new(StringArray::from_iter_values(files.iter().map(|f| f.path.as_str()))),
-                Arc::new(StringArray::from_iter_values(files.iter().map(|f| f.hash.as_str()))),
+                Arc::new(StringArray::from_iter_values(
+                    files.iter().map(|f| f.path.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    files.iter().map(|f| f.hash.as_str()),
+                )),
                 Arc::new(UInt64Array::from_iter_values(files.iter().map(|f| f.size))),
-                Arc::new(Int64Array::from_iter_values(files.iter().map(|f| f.mtime_ns))),
-                Arc::new(UInt32Array::from_iter_values(files.iter().map(|f| f.chunks))),
+                Arc::new(Int64Array::from_iter_values(
+                    files.iter().map(|f| f.mtime_ns),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    files.iter().map(|f| f.chunks),
+                )),
             ],
         )?;
         let schema = batch.schema();
-        let reader: Box<dyn RecordBatchReader + Send> = Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
+        let reader: Box<dyn RecordBatchReader + Send> =
+            Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
         let mut merge = self.files.merge_insert(&["path"]);
-        merge.when_matched_update_all(None).when_not_matched_insert_all();
+        merge
+            .when_matched_update_all(None)
+            .when_not_matched_insert_all();
         merge.execute(reader).await?;
         Ok(())
     }
@@ -316,7 +387,11 @@ impl Store {
     pub async fn remove_files(&self, paths: &[&str]) -> Result<u64> {
         let mut deleted = 0;
         for group in paths.chunks(500) {
-            deleted += self.chunks.delete(path_in(group).as_str()).await?.num_deleted_rows;
+            deleted += self
+                .chunks
+                .delete(path_in(group).as_str())
+                .await?
+                .num_deleted_rows;
             self.files.delete(path_in(group).as_str()).await?;
         }
         Ok(deleted)
@@ -327,7 +402,11 @@ impl Store {
         let mut flat = Vec::with_capacity(rows.len() * dim);
         for r in rows {
             if r.vector.len() != dim {
-                return Err(anyhow!("chunk {} has a vector of {} dims, expected {dim}", r.id, r.vector.len()));
+                return Err(anyhow!(
+                    "chunk {} has a vector of {} dims, expected {dim}",
+                    r.id,
+                    r.vector.len()
+                ));
             }
             flat.extend_from_slice(r.vector);
         }
@@ -342,11 +421,19 @@ impl Store {
             vec![
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.id))),
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.path))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.heading))),
-                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.line_start))),
-                Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.line_end))),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.heading),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    rows.iter().map(|r| r.line_start),
+                )),
+                Arc::new(UInt32Array::from_iter_values(
+                    rows.iter().map(|r| r.line_end),
+                )),
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.text))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.file_hash))),
+                Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| r.file_hash),
+                )),
                 Arc::new(vectors),
             ],
         )?)
@@ -355,22 +442,46 @@ impl Store {
     /// Brings the full-text index up to date with the table: created on first use, then
     /// extended with new rows (deleted rows are masked without it).
     pub async fn refresh_text_index(&self) -> Result<()> {
-        let has_index = self.chunks.list_indices().await?.iter().any(|i| i.columns.iter().any(|c| c == "text"));
+        let has_index = self
+            .chunks
+            .list_indices()
+            .await?
+            .iter()
+            .any(|i| i.columns.iter().any(|c| c == "text"));
         if has_index {
-            self.chunks.optimize(OptimizeAction::Index(OptimizeOptions::default())).await?;
+            self.chunks
+                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+                .await?;
         } else {
-            self.chunks.create_index(&["text"], Index::FTS(FtsIndexBuilder::default())).execute().await?;
+            self.chunks
+                .create_index(&["text"], Index::FTS(FtsIndexBuilder::default()))
+                .execute()
+                .await?;
         }
         Ok(())
     }
 
     /// Every chunk id, sorted (for consistency checks).
     pub async fn chunk_ids(&self) -> Result<Vec<String>> {
-        let batches: Vec<RecordBatch> =
-            self.chunks.query().select(Select::columns(&["id"])).execute().await?.try_collect().await?;
+        let batches: Vec<RecordBatch> = self
+            .chunks
+            .query()
+            .select(Select::columns(&["id"]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
         let mut ids: Vec<String> = batches
             .iter()
-            .filter_map(|b| b.column_by_name("id").map(|c| c.as_string::<i32>().iter().flatten().map(String::from).collect::<Vec<_>>()))
+            .filter_map(|b| {
+                b.column_by_name("id").map(|c| {
+                    c.as_string::<i32>()
+                        .iter()
+                        .flatten()
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                })
+            })
             .flatten()
             .collect();
         ids.sort();
@@ -378,18 +489,34 @@ impl Store {
     }
 
     pub async fn stats(&self) -> Result<Stats> {
-        Ok(Stats { chunks: self.chunks.count_rows(None).await?, files: self.files.count_rows(None).await? })
+        Ok(Stats {
+            chunks: self.chunks.count_rows(None).await?,
+            files: self.files.count_rows(None).await?,
+        })
     }
 
     /// Nearest chunks by cosine distance (exact scan: fast enough at this scale, and exact).
-    pub async fn vector_search(&self, vector: &[f32], k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
+    pub async fn vector_search(
+        &self,
+        vector: &[f32],
+        k: usize,
+        filter: Option<&str>,
+    ) -> Result<Vec<Hit>> {
         let mut q = self
             .chunks
             .query()
             .nearest_to(vector)?
             .distance_type(DistanceType::Cosine)
             .limit(k)
-            .select(Select::columns(&["id", "path", "heading", "line_start", "line_end", "text", "_distance"]));
+            .select(Select::columns(&[
+                "id",
+                "path",
+                "heading",
+                "line_start",
+                "line_end",
+                "text",
+                "_distance",
+            ]));
         if let Some(f) = filter {
             q = q.only_if(f);
         }
@@ -398,7 +525,12 @@ impl Store {
     }
 
     /// Best chunks by BM25 over the text.
-    pub async fn text_search(&self, query: &str, k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
+    pub async fn text_search(
+        &self,
+        query: &str,
+        k: usize,
+        filter: Option<&str>,
+    ) -> Result<Vec<Hit>> {
         if query.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -407,7 +539,15 @@ impl Store {
             .query()
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
             .limit(k)
-            .select(Select::columns(&["id", "path", "heading", "line_start", "line_end", "text", "_score"]));
+            .select(Select::columns(&[
+                "id",
+                "path",
+                "heading",
+                "line_start",
+                "line_end",
+                "text",
+                "_score",
+            ]));
         if let Some(f) = filter {
             q = q.only_if(f);
         }
@@ -419,7 +559,10 @@ impl Store {
 fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) -> Result<Vec<Hit>> {
     let mut out = Vec::new();
     for b in batches {
-        let col = |name: &str| b.column_by_name(name).with_context(|| format!("result column {name}"));
+        let col = |name: &str| {
+            b.column_by_name(name)
+                .with_context(|| format!("result column {name}"))
+        };
         let id = col("id")?.as_string::<i32>();
         let path = col("path")?.as_string::<i32>();
         let heading = col("heading")?.as_string::<i32>();
@@ -435,7 +578,11 @@ fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) ->
                 line_start: ls.value(i),
                 line_end: le.value(i),
                 text: text.value(i).to_string(),
-                score: if sc.is_null(i) { 0.0 } else { score(sc.value(i)) },
+                score: if sc.is_null(i) {
+                    0.0
+                } else {
+                    score(sc.value(i))
+                },
             });
         }
     }
@@ -444,6 +591,8 @@ fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) ->
 
 /// The sorted chunk ids of the index at `dir`, from synchronous code (tests, tools).
 pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
 }

@@ -59,9 +59,11 @@ impl Ui {
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
         bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg:10} [{bar:30}] {pos}/{len} {per_sec} eta {eta}")
-                .expect("static template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{spinner} {msg:10} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
         );
         bar.set_message(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -70,7 +72,9 @@ impl Ui {
 
     pub fn spinner(&self, what: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("static template"));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("static template"),
+        );
         bar.set_message(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(120));
         bar

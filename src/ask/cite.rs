@@ -29,12 +29,84 @@ pub struct Checked {
 pub const SUPPORT_THRESHOLD: f32 = 0.5;
 
 const STOP: &[&str] = &[
-    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "has", "have", "had", "was", "were", "its",
-    "it's", "this", "that", "these", "those", "with", "from", "into", "than", "then", "they", "them", "their", "there",
-    "which", "what", "when", "where", "who", "why", "how", "will", "would", "could", "should", "may", "might", "must",
-    "does", "did", "done", "been", "being", "also", "such", "each", "other", "more", "most", "some", "only", "over",
-    "very", "just", "about", "because", "while", "both", "between", "through", "our", "your", "his", "her", "one",
-    "two", "use", "used", "using", "source", "sources", "according",
+    "the",
+    "and",
+    "for",
+    "are",
+    "but",
+    "not",
+    "you",
+    "all",
+    "any",
+    "can",
+    "has",
+    "have",
+    "had",
+    "was",
+    "were",
+    "its",
+    "it's",
+    "this",
+    "that",
+    "these",
+    "those",
+    "with",
+    "from",
+    "into",
+    "than",
+    "then",
+    "they",
+    "them",
+    "their",
+    "there",
+    "which",
+    "what",
+    "when",
+    "where",
+    "who",
+    "why",
+    "how",
+    "will",
+    "would",
+    "could",
+    "should",
+    "may",
+    "might",
+    "must",
+    "does",
+    "did",
+    "done",
+    "been",
+    "being",
+    "also",
+    "such",
+    "each",
+    "other",
+    "more",
+    "most",
+    "some",
+    "only",
+    "over",
+    "very",
+    "just",
+    "about",
+    "because",
+    "while",
+    "both",
+    "between",
+    "through",
+    "our",
+    "your",
+    "his",
+    "her",
+    "one",
+    "two",
+    "use",
+    "used",
+    "using",
+    "source",
+    "sources",
+    "according",
 ];
 
 fn content_words(text: &str) -> Vec<String> {
@@ -69,7 +141,12 @@ fn markers(text: &str) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
                 let inner = &text[i + 1..i + end];
                 let nums: Option<Vec<usize>> = inner
                     .split(',')
-                    .map(|p| p.trim().strip_prefix('S').or_else(|| p.trim().strip_prefix('s')).and_then(|n| n.parse().ok()))
+                    .map(|p| {
+                        p.trim()
+                            .strip_prefix('S')
+                            .or_else(|| p.trim().strip_prefix('s'))
+                            .and_then(|n| n.parse().ok())
+                    })
                     .collect();
                 if let Some(nums) = nums.filter(|n| !n.is_empty()) {
                     out.push((i..i + end + 1, nums));
@@ -134,7 +211,11 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
     for (range, nums) in markers(answer) {
         cleaned.push_str(&answer[last..range.start]);
         let keep: Vec<usize> = nums.iter().copied().filter(|n| known.contains(n)).collect();
-        invalid.extend(nums.iter().filter(|n| !known.contains(n)).map(|n| format!("S{n}")));
+        invalid.extend(
+            nums.iter()
+                .filter(|n| !known.contains(n))
+                .map(|n| format!("S{n}")),
+        );
         if !keep.is_empty() {
             let list: Vec<String> = keep.iter().map(|n| format!("S{n}")).collect();
             cleaned.push_str(&format!("[{}]", list.join(", ")));
@@ -145,8 +226,10 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
     }
     cleaned.push_str(&answer[last..]);
 
-    let source_words: Vec<(usize, HashSet<String>)> =
-        sources.iter().map(|(n, t)| (*n, content_words(t).into_iter().collect())).collect();
+    let source_words: Vec<(usize, HashSet<String>)> = sources
+        .iter()
+        .map(|(n, t)| (*n, content_words(t).into_iter().collect()))
+        .collect();
     let mut citations = Vec::new();
     for span in sentences(&cleaned) {
         let sentence = &cleaned[span];
@@ -160,23 +243,34 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
         }
         let words = content_words(&claim);
         for n in found.iter().flat_map(|(_, nums)| nums.iter().copied()) {
-            let Some((_, vocab)) = source_words.iter().find(|(m, _)| *m == n) else { continue };
+            let Some((_, vocab)) = source_words.iter().find(|(m, _)| *m == n) else {
+                continue;
+            };
             let overlap = if words.is_empty() {
                 0.0
             } else {
                 words.iter().filter(|w| vocab.contains(*w)).count() as f32 / words.len() as f32
             };
-            citations.push(Citation { id: format!("S{n}"), supported: overlap >= SUPPORT_THRESHOLD, overlap });
+            citations.push(Citation {
+                id: format!("S{n}"),
+                supported: overlap >= SUPPORT_THRESHOLD,
+                overlap,
+            });
         }
     }
-    Checked { answer: cleaned, citations, invalid }
+    Checked {
+        answer: cleaned,
+        citations,
+        invalid,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const S1: &str = "The KV cache stores the key and value vectors of every previous token at every layer.";
+    const S1: &str =
+        "The KV cache stores the key and value vectors of every previous token at every layer.";
     const S2: &str = "Tomatoes need six hours of sun.";
 
     #[test]
@@ -193,15 +287,28 @@ mod tests {
 
     #[test]
     fn invalid_markers_are_removed() {
-        let c = check("Sun matters [S7]. Tomatoes need sun [S2, S9].", &[(1, S1), (2, S2)]);
+        let c = check(
+            "Sun matters [S7]. Tomatoes need sun [S2, S9].",
+            &[(1, S1), (2, S2)],
+        );
         assert_eq!(c.answer, "Sun matters. Tomatoes need sun [S2].");
         assert_eq!(c.invalid, vec!["S7", "S9"]);
-        assert_eq!(c.citations, vec![Citation { id: "S2".into(), supported: true, overlap: 1.0 }]);
+        assert_eq!(
+            c.citations,
+            vec![Citation {
+                id: "S2".into(),
+                supported: true,
+                overlap: 1.0
+            }]
+        );
     }
 
     #[test]
     fn markers_after_the_full_stop_stay_with_their_sentence() {
-        let c = check("Tomatoes need sun. [S2] The cache holds vectors. [S1]", &[(1, S1), (2, S2)]);
+        let c = check(
+            "Tomatoes need sun. [S2] The cache holds vectors. [S1]",
+            &[(1, S1), (2, S2)],
+        );
         assert_eq!(c.citations.len(), 2);
         assert!(c.citations.iter().all(|x| x.supported), "{c:?}");
     }

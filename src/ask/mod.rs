@@ -93,7 +93,11 @@ pub struct Answer {
 }
 
 fn fusion(s: &Settings) -> Fusion {
-    Fusion { k: s.retrieval.rrf_k, vector_weight: s.retrieval.vector_weight, text_weight: s.retrieval.text_weight }
+    Fusion {
+        k: s.retrieval.rrf_k,
+        vector_weight: s.retrieval.vector_weight,
+        text_weight: s.retrieval.text_weight,
+    }
 }
 
 /// The index and the embedder, opened once and checked to belong together.
@@ -104,7 +108,11 @@ pub struct Retriever {
 }
 
 impl Retriever {
-    pub fn open(settings: &Settings, mode: Mode, rt: &tokio::runtime::Runtime) -> Result<Retriever> {
+    pub fn open(
+        settings: &Settings,
+        mode: Mode,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Retriever> {
         let store = rt.block_on(Store::open(&settings.index.dir))?;
         let embedder = if mode == Mode::Text {
             None
@@ -113,11 +121,21 @@ impl Retriever {
             store.check_model(&e.info)?;
             Some(e)
         };
-        Ok(Retriever { store, embedder, fusion: fusion(settings) })
+        Ok(Retriever {
+            store,
+            embedder,
+            fusion: fusion(settings),
+        })
     }
 
     /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
-    pub fn run(&mut self, q: &Query, mode: Mode, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<(Vec<Ranked>, f64)> {
+    pub fn run(
+        &mut self,
+        q: &Query,
+        mode: Mode,
+        ui: &Ui,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<(Vec<Ranked>, f64)> {
         let started = Instant::now();
         let vector = match (&mut self.embedder, mode) {
             (Some(e), Mode::Hybrid | Mode::Vector) => Some(e.embed_query(&q.text)?),
@@ -140,7 +158,13 @@ impl Retriever {
     }
 }
 
-fn retrieve(settings: &Settings, q: &Query, mode: Mode, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<(Vec<Ranked>, f64)> {
+fn retrieve(
+    settings: &Settings,
+    q: &Query,
+    mode: Mode,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(Vec<Ranked>, f64)> {
     Retriever::open(settings, mode, rt)?.run(q, mode, ui, rt)
 }
 
@@ -149,7 +173,10 @@ fn explain(ui: &Ui, ranked: &[Ranked], mode: Mode, filter: Option<&str>) {
         (Some(r), Some(s)) => format!("#{r} ({s:.3})"),
         _ => "-".to_string(),
     };
-    ui.stderr(&format!("retrieval: mode {mode:?}, filter {}", filter.unwrap_or("none")));
+    ui.stderr(&format!(
+        "retrieval: mode {mode:?}, filter {}",
+        filter.unwrap_or("none")
+    ));
     for (i, r) in ranked.iter().enumerate() {
         ui.stderr(&format!(
             "  {:>2}. {}:{}-{}  vector {}  text {}  fused {:.4}",
@@ -178,7 +205,13 @@ struct SearchHit<'a> {
     text: &'a str,
 }
 
-pub fn search(settings: &Settings, q: &Query, json: bool, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+pub fn search(
+    settings: &Settings,
+    q: &Query,
+    json: bool,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
     let (ranked, ms) = retrieve(settings, q, mode, ui, rt)?;
     let hits: Vec<SearchHit> = ranked
@@ -201,8 +234,15 @@ pub fn search(settings: &Settings, q: &Query, json: bool, ui: &Ui, rt: &tokio::r
         ui.json(&serde_json::json!({ "query": q.text, "hits": hits }))?;
     } else {
         for h in &hits {
-            let heading = if h.heading.is_empty() { String::new() } else { format!("  {}", h.heading) };
-            ui.outln(&format!("{}. {}:{}-{}{}  (score {:.4})", h.rank, h.path, h.line_start, h.line_end, heading, h.score))?;
+            let heading = if h.heading.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", h.heading)
+            };
+            ui.outln(&format!(
+                "{}. {}:{}-{}{}  (score {:.4})",
+                h.rank, h.path, h.line_start, h.line_end, heading, h.score
+            ))?;
             ui.outln(&format!("   {}", snippet(h.text, 200)))?;
         }
         ui.info(&format!("{} hits in {:.0} ms", hits.len(), ms));
@@ -229,15 +269,27 @@ pub fn should_abstain(ranked: &[Ranked], mode: Mode, min_similarity: f32) -> boo
     if mode == Mode::Text {
         return false;
     }
-    let best = ranked.iter().filter_map(|r| r.vector_score).fold(f32::MIN, f32::max);
+    let best = ranked
+        .iter()
+        .filter_map(|r| r.vector_score)
+        .fold(f32::MIN, f32::max);
     best < min_similarity
 }
 
-pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+pub fn ask(
+    settings: &Settings,
+    q: &Query,
+    o: &AskOptions,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
     let started = Instant::now();
     let mode = q.mode.unwrap_or(Mode::Hybrid);
     let (ranked, retrieval_ms) = retrieve(settings, q, mode, ui, rt)?;
-    let mut timings = Timings { retrieval_ms, ..Timings::default() };
+    let mut timings = Timings {
+        retrieval_ms,
+        ..Timings::default()
+    };
 
     if should_abstain(&ranked, mode, settings.retrieval.min_similarity) && !o.dry_run {
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -258,7 +310,10 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
             ui.json(&serde_json::json!({ "event": "done", "answer": answer }))?;
         } else {
             ui.outln(ABSTAIN_TEXT)?;
-            let best = ranked.iter().filter_map(|r| r.vector_score).fold(f32::NAN, f32::max);
+            let best = ranked
+                .iter()
+                .filter_map(|r| r.vector_score)
+                .fold(f32::NAN, f32::max);
             ui.info(&format!(
                 "abstained: best similarity {best:.2} is below retrieval.min_similarity = {}",
                 settings.retrieval.min_similarity
@@ -267,11 +322,27 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
         return Ok(Exit::Abstained);
     }
 
-    let best = ranked.iter().filter_map(|r| r.vector_score).reduce(f32::max);
-    let route = route::route(&settings.llm.route, best, &q.text, settings.llm.large_model.is_file());
-    let model_path = if route.model == "large" { &settings.llm.large_model } else { &settings.llm.model };
+    let best = ranked
+        .iter()
+        .filter_map(|r| r.vector_score)
+        .reduce(f32::max);
+    let route = route::route(
+        &settings.llm.route,
+        best,
+        &q.text,
+        settings.llm.large_model.is_file(),
+    );
+    let model_path = if route.model == "large" {
+        &settings.llm.large_model
+    } else {
+        &settings.llm.model
+    };
     let llm = Llm::load(model_path, o.dry_run)?;
-    let n_ctx = if settings.llm.n_ctx == 0 { llm.n_ctx_train() } else { settings.llm.n_ctx } as usize;
+    let n_ctx = if settings.llm.n_ctx == 0 {
+        llm.n_ctx_train()
+    } else {
+        settings.llm.n_ctx
+    } as usize;
     let reserve = settings.llm.max_tokens as usize;
     if reserve + 64 >= n_ctx {
         return Err(crate::ExitError::usage(format!(
@@ -280,18 +351,26 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
     }
     let overhead = llm.chat_tokens(&prompt::messages(&[], &q.text))?.len();
     let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
-    let packed = prompt::pack(&q.text, &hits, n_ctx - reserve, overhead, &|t| llm.count_tokens(t));
+    let packed = prompt::pack(&q.text, &hits, n_ctx - reserve, overhead, &|t| {
+        llm.count_tokens(t)
+    });
     if q.verbose || !packed.dropped.is_empty() {
         for d in &packed.dropped {
-            ui.info(&format!("note: {}:{}-{} did not fit the context budget", d.path, d.line_start, d.line_end));
+            ui.info(&format!(
+                "note: {}:{}-{} did not fit the context budget",
+                d.path, d.line_start, d.line_end
+            ));
         }
     }
     let tokens = llm.chat_tokens(&packed.messages)?;
 
     if o.dry_run {
-        let text = packed.messages.iter().map(|m| format!("<{}>\n{}\n", m.role, m.parts.concat())).collect::<String>();
-        ui.out(&text)?;
-        ui.info(&format!("{} prompt tokens, {} sources", tokens.len(), packed.sources.len()));
+        ui.out(&llm.render(&packed.messages)?)?;
+        ui.info(&format!(
+            "{} prompt tokens, {} sources",
+            tokens.len(),
+            packed.sources.len()
+        ));
         return Ok(Exit::Success);
     }
 
@@ -322,12 +401,19 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
     let model_sha = crate::hashcache::sha256(&llm.path, &memo)?;
     let cache = (o.cache && settings.llm.prompt_cache_mb > 0).then(|| {
         let n_ctx = n_ctx.to_string();
-        PromptCache::new(&settings.index.dir, &[&model_sha, &n_ctx, LLAMA_CPP_BUILD], settings.llm.prompt_cache_mb << 20)
+        PromptCache::new(
+            &settings.index.dir,
+            &[&model_sha, &n_ctx, LLAMA_CPP_BUILD],
+            settings.llm.prompt_cache_mb << 20,
+        )
     });
     let ids = crate::llm::ids(&tokens);
     if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
         if !session.load_state(&entry.state, &entry.tokens) {
-            ui.warn(&format!("ignored a damaged prompt cache entry {}", entry.state.display()));
+            ui.warn(&format!(
+                "ignored a damaged prompt cache entry {}",
+                entry.state.display()
+            ));
             if let Some(c) = &cache {
                 c.discard(&entry.state);
             }
@@ -350,7 +436,8 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
     let decode = session.generate(&sampling, |piece| {
         raw.push_str(piece);
         let written = if o.ndjson {
-            ui.json(&serde_json::json!({ "event": "token", "text": piece })).map_err(std::io::Error::other)
+            ui.json(&serde_json::json!({ "event": "token", "text": piece }))
+                .map_err(std::io::Error::other)
         } else if stream {
             ui.out(piece)
         } else {
@@ -380,12 +467,20 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
     timings.ttft_ms = retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
     timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let texts: Vec<(usize, &str)> = packed.sources.iter().map(|s| (s.n, s.hit.text.as_str())).collect();
+    let texts: Vec<(usize, &str)> = packed
+        .sources
+        .iter()
+        .map(|s| (s.n, s.hit.text.as_str()))
+        .collect();
     if decode.stop == StopReason::Repetition {
         raw = drop_repeat(&raw);
     }
     let checked = cite::check(raw.trim(), &texts);
-    let model = ModelOut { path: llm.path.display().to_string(), sha256: model_sha, route };
+    let model = ModelOut {
+        path: llm.path.display().to_string(),
+        sha256: model_sha,
+        route,
+    };
     let result = Answer {
         question: q.text.clone(),
         answer: checked.answer.clone(),
@@ -415,14 +510,22 @@ pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui, rt: &tokio::
         }
         ui.outln("\nSources:")?;
         for s in &result.sources {
-            let heading = if s.heading.is_empty() { String::new() } else { format!(" — {}", s.heading) };
-            let cited: Vec<&cite::Citation> = result.citations.iter().filter(|c| c.id == s.id).collect();
+            let heading = if s.heading.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", s.heading)
+            };
+            let cited: Vec<&cite::Citation> =
+                result.citations.iter().filter(|c| c.id == s.id).collect();
             let mark = match (cited.is_empty(), cited.iter().all(|c| c.supported)) {
                 (true, _) => "",
                 (false, true) => "  (cited, supported)",
                 (false, false) => "  (cited, not supported by its text)",
             };
-            ui.outln(&format!("  [{}] {}:{}-{}{heading}{mark}", s.id, s.path, s.line_start, s.line_end))?;
+            ui.outln(&format!(
+                "  [{}] {}:{}-{}{heading}{mark}",
+                s.id, s.path, s.line_start, s.line_end
+            ))?;
         }
     }
     if o.stats {
@@ -441,7 +544,9 @@ fn drop_repeat(text: &str) -> String {
     // The earliest start gives the longest doubled stretch: the whole loop.
     for (start, _) in t.char_indices() {
         for gap in 0..=4 {
-            let Some(twice) = (n - start).checked_sub(gap) else { break };
+            let Some(twice) = (n - start).checked_sub(gap) else {
+                break;
+            };
             if twice == 0 || twice % 2 == 1 {
                 continue;
             }
@@ -469,7 +574,13 @@ fn rate(tokens: usize, ms: f64) -> f64 {
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
 pub fn stats_line(t: &Timings) -> String {
-    let k = |x: f64| if x >= 1000.0 { format!("{:.1}k", x / 1000.0) } else { format!("{x:.0}") };
+    let k = |x: f64| {
+        if x >= 1000.0 {
+            format!("{:.1}k", x / 1000.0)
+        } else {
+            format!("{x:.0}")
+        }
+    };
     format!(
         "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s",
         t.prompt_tokens,
@@ -487,9 +598,15 @@ mod tests {
 
     #[test]
     fn a_doubled_tail_loses_its_copy() {
-        assert_eq!(drop_repeat("Intro. The cache stores keys. The cache stores keys. "), "Intro. The cache stores keys.");
+        assert_eq!(
+            drop_repeat("Intro. The cache stores keys. The cache stores keys. "),
+            "Intro. The cache stores keys."
+        );
         assert_eq!(drop_repeat("no loop here"), "no loop here");
         assert_eq!(drop_repeat("é€é€"), "é€");
-        assert_eq!(drop_repeat("Answer:\n\nKV stores keys.\n\nAnswer:\n\nKV stores keys."), "Answer:\n\nKV stores keys.");
+        assert_eq!(
+            drop_repeat("Answer:\n\nKV stores keys.\n\nAnswer:\n\nKV stores keys."),
+            "Answer:\n\nKV stores keys."
+        );
     }
 }

@@ -34,8 +34,18 @@ pub struct Packed {
 
 /// The text block of one source.
 pub fn source_block(n: usize, hit: &Hit) -> String {
-    let heading = if hit.heading.is_empty() { String::new() } else { format!(" — {}", hit.heading) };
-    format!("[S{n}] {} (lines {}-{}){heading}\n{}\n\n", hit.path, hit.line_start, hit.line_end, hit.text.trim())
+    let heading = if hit.heading.is_empty() {
+        String::new()
+    } else {
+        format!(" — {}", hit.heading)
+    };
+    format!(
+        "[S{n}] {} (lines {}-{}){heading}\n{}\n\n",
+        hit.path,
+        hit.line_start,
+        hit.line_end,
+        hit.text.trim()
+    )
 }
 
 fn question_part(question: &str) -> String {
@@ -61,12 +71,24 @@ pub struct Turn {
 /// System message, earlier turns unchanged (so their tokens stay a cached prefix), then the
 /// new user turn.
 pub fn conversation(history: &[Turn], blocks: &[String], question: &str) -> Vec<Message> {
-    let mut out = vec![Message { role: "system", parts: vec![SYSTEM.to_string()] }];
+    let mut out = vec![Message {
+        role: "system",
+        parts: vec![SYSTEM.to_string()],
+    }];
     for t in history {
-        out.push(Message { role: "user", parts: t.user.clone() });
-        out.push(Message { role: "assistant", parts: vec![t.answer.clone()] });
+        out.push(Message {
+            role: "user",
+            parts: t.user.clone(),
+        });
+        out.push(Message {
+            role: "assistant",
+            parts: vec![t.answer.clone()],
+        });
     }
-    out.push(Message { role: "user", parts: user_parts(blocks, question) });
+    out.push(Message {
+        role: "user",
+        parts: user_parts(blocks, question),
+    });
     out
 }
 
@@ -111,15 +133,29 @@ pub fn pack_turn(
             dropped.push(hit.clone());
         }
     }
-    kept.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.1.line_start.cmp(&b.1.line_start)));
+    kept.sort_by(|a, b| {
+        a.1.path
+            .cmp(&b.1.path)
+            .then(a.1.line_start.cmp(&b.1.line_start))
+    });
     let sources: Vec<Source> = kept
         .into_iter()
         .enumerate()
-        .map(|(i, (rank, hit, score))| Source { n: i + 1, hit: hit.clone(), rank, score })
+        .map(|(i, (rank, hit, score))| Source {
+            n: i + 1,
+            hit: hit.clone(),
+            rank,
+            score,
+        })
         .collect();
     let blocks: Vec<String> = sources.iter().map(|s| source_block(s.n, &s.hit)).collect();
     let prompt_tokens = overhead + blocks.iter().map(|b| count(b)).sum::<usize>();
-    Packed { messages: conversation(history, &blocks, question), sources, dropped, prompt_tokens }
+    Packed {
+        messages: conversation(history, &blocks, question),
+        sources,
+        dropped,
+        prompt_tokens,
+    }
 }
 
 #[cfg(test)]
@@ -143,7 +179,11 @@ mod tests {
 
     #[test]
     fn packs_best_first_within_budget_and_labels_by_path() {
-        let ranked = vec![(hit("b.md", 1, 10), 0.9), (hit("a.md", 5, 50), 0.8), (hit("a.md", 1, 10), 0.7)];
+        let ranked = vec![
+            (hit("b.md", 1, 10), 0.9),
+            (hit("a.md", 5, 50), 0.8),
+            (hit("a.md", 1, 10), 0.7),
+        ];
         let overhead = 20;
         let p = pack("q?", &ranked, 20 + 2 * 16, overhead, &words);
         assert_eq!(p.sources.len(), 2);
@@ -158,9 +198,18 @@ mod tests {
 
     #[test]
     fn prompt_snapshot() {
-        let p = pack("What is in the cache?", &[(hit("kv.md", 3, 3), 0.9)], 1000, 0, &words);
+        let p = pack(
+            "What is in the cache?",
+            &[(hit("kv.md", 3, 3), 0.9)],
+            1000,
+            0,
+            &words,
+        );
         let user: String = p.messages[1].parts.concat();
         assert_eq!(p.messages[0].parts[0], SYSTEM);
-        assert_eq!(user, "Sources:\n\n[S1] kv.md (lines 3-4) — H\nw w w\n\nQuestion: What is in the cache?");
+        assert_eq!(
+            user,
+            "Sources:\n\n[S1] kv.md (lines 3-4) — H\nw w w\n\nQuestion: What is in the cache?"
+        );
     }
 }

@@ -16,9 +16,20 @@ pub struct Route {
     pub reason: String,
 }
 
-pub fn route(choice: &str, best_similarity: Option<f32>, question: &str, large_available: bool) -> Route {
-    let small = |reason: String| Route { model: "small", reason };
-    let large = |reason: String| Route { model: "large", reason };
+pub fn route(
+    choice: &str,
+    best_similarity: Option<f32>,
+    question: &str,
+    large_available: bool,
+) -> Route {
+    let small = |reason: String| Route {
+        model: "small",
+        reason,
+    };
+    let large = |reason: String| Route {
+        model: "large",
+        reason,
+    };
     match choice {
         "large" => large("asked for the large model".into()),
         "auto" => {
@@ -27,14 +38,20 @@ pub fn route(choice: &str, best_similarity: Option<f32>, question: &str, large_a
             }
             let words = question.split_whitespace().count();
             if words > LONG_QUESTION_WORDS {
-                return large(format!("auto: long question ({words} words > {LONG_QUESTION_WORDS})"));
+                return large(format!(
+                    "auto: long question ({words} words > {LONG_QUESTION_WORDS})"
+                ));
             }
             match best_similarity {
-                Some(s) if s < CONFIDENT_SIMILARITY => {
-                    large(format!("auto: weak retrieval match ({s:.2} < {CONFIDENT_SIMILARITY})"))
+                Some(s) if s < CONFIDENT_SIMILARITY => large(format!(
+                    "auto: weak retrieval match ({s:.2} < {CONFIDENT_SIMILARITY})"
+                )),
+                Some(s) => small(format!(
+                    "auto: strong retrieval match ({s:.2}) and a short question"
+                )),
+                None => {
+                    small("auto: text-only retrieval gives no similarity; short question".into())
                 }
-                Some(s) => small(format!("auto: strong retrieval match ({s:.2}) and a short question")),
-                None => small("auto: text-only retrieval gives no similarity; short question".into()),
             }
         }
         _ => small("the default small model".into()),
@@ -47,9 +64,18 @@ mod tests {
 
     #[test]
     fn auto_rule() {
-        assert_eq!(route("auto", Some(0.8), "what is a kv cache", true).model, "small");
-        assert_eq!(route("auto", Some(0.3), "what is a kv cache", true).model, "large");
-        assert_eq!(route("auto", Some(0.8), &"word ".repeat(30), true).model, "large");
+        assert_eq!(
+            route("auto", Some(0.8), "what is a kv cache", true).model,
+            "small"
+        );
+        assert_eq!(
+            route("auto", Some(0.3), "what is a kv cache", true).model,
+            "large"
+        );
+        assert_eq!(
+            route("auto", Some(0.8), &"word ".repeat(30), true).model,
+            "large"
+        );
         assert_eq!(route("auto", Some(0.3), "x", false).model, "small");
         assert_eq!(route("large", Some(0.9), "x", false).model, "large");
         assert_eq!(route("small", Some(0.1), "x", true).model, "small");

@@ -82,7 +82,8 @@ struct IngestLock {
 }
 
 fn lock(dir: &Path) -> Result<IngestLock> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating the index folder {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the index folder {}", dir.display()))?;
     let path = dir.join("ingest.lock");
     let mut file = std::fs::OpenOptions::new()
         .create(true)
@@ -101,7 +102,9 @@ fn lock(dir: &Path) -> Result<IngestLock> {
                 holder.trim()
             )));
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(e).context(format!("locking {}", path.display())),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).context(format!("locking {}", path.display()))
+        }
     }
     file.set_len(0)?;
     write!(file, "{}", std::process::id())?;
@@ -121,9 +124,15 @@ pub fn run(
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
 
     let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes)?;
-    let mut report = Report { files_seen: walked.files.len(), ..Report::default() };
+    let mut report = Report {
+        files_seen: walked.files.len(),
+        ..Report::default()
+    };
     for (path, why) in &walked.skipped {
-        report.files_failed.push(FileError { path: path.clone(), error: why.clone() });
+        report.files_failed.push(FileError {
+            path: path.clone(),
+            error: why.clone(),
+        });
     }
 
     if opts.rebuild && !opts.dry_run {
@@ -154,7 +163,10 @@ pub fn run(
         let bytes = match std::fs::read(&file.abs) {
             Ok(b) => b,
             Err(e) => {
-                report.files_failed.push(FileError { path: file.rel.clone(), error: format!("unreadable: {e}") });
+                report.files_failed.push(FileError {
+                    path: file.rel.clone(),
+                    error: format!("unreadable: {e}"),
+                });
                 continue;
             }
         };
@@ -213,9 +225,15 @@ pub fn run(
         report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
     }
 
-    let old_chunks: HashMap<&str, u32> = states.values().map(|s| (s.path.as_str(), s.chunks)).collect();
+    let old_chunks: HashMap<&str, u32> = states
+        .values()
+        .map(|s| (s.path.as_str(), s.chunks))
+        .collect();
     let chunk_opts = ChunkOptions {
-        max_tokens: settings.chunk.max_tokens.min(embedder.max_length.saturating_sub(2)),
+        max_tokens: settings
+            .chunk
+            .max_tokens
+            .min(embedder.max_length.saturating_sub(2)),
         min_tokens: settings.chunk.min_tokens,
         overlap_tokens: settings.chunk.overlap_tokens,
     };
@@ -231,7 +249,10 @@ pub fn run(
         let doc = match parse::parse(&t.file.rel, &t.bytes) {
             Ok(d) => d,
             Err(e) => {
-                report.files_failed.push(FileError { path: t.file.rel.clone(), error: format!("{e:#}") });
+                report.files_failed.push(FileError {
+                    path: t.file.rel.clone(),
+                    error: format!("{e:#}"),
+                });
                 continue;
             }
         };
@@ -243,7 +264,10 @@ pub fn run(
         })) {
             Ok(c) => c,
             Err(_) => {
-                report.files_failed.push(FileError { path: t.file.rel.clone(), error: "the chunker failed on this file".into() });
+                report.files_failed.push(FileError {
+                    path: t.file.rel.clone(),
+                    error: "the chunker failed on this file".into(),
+                });
                 continue;
             }
         };
@@ -257,7 +281,8 @@ pub fn run(
         pending_chunks += chunks.len();
         pending.push((state, chunks));
         if pending_chunks >= COMMIT_CHUNKS || i + 1 == n_todo {
-            let (written, deleted, tokens, ms) = commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
+            let (written, deleted, tokens, ms) =
+                commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
             report.chunks_written += written;
             report.chunks_deleted += deleted;
             embed_tokens += tokens;
@@ -268,7 +293,8 @@ pub fn run(
         }
     }
     if !pending.is_empty() {
-        let (written, deleted, tokens, ms) = commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
+        let (written, deleted, tokens, ms) =
+            commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
         report.chunks_written += written;
         report.chunks_deleted += deleted;
         embed_tokens += tokens;
@@ -295,7 +321,10 @@ fn commit(
     old_chunks: &HashMap<&str, u32>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(usize, u64, usize, u64)> {
-    let texts: Vec<String> = pending.iter().flat_map(|(_, cs)| cs.iter().map(chunk::Chunk::embed_text)).collect();
+    let texts: Vec<String> = pending
+        .iter()
+        .flat_map(|(_, cs)| cs.iter().map(chunk::Chunk::embed_text))
+        .collect();
     let tokens = texts.iter().map(|t| embedder.count_tokens(t)).sum();
     let started = Instant::now();
     let vectors = embedder.embed(&texts)?;
@@ -318,7 +347,10 @@ fn commit(
     }
     let files: Vec<FileState> = pending.iter().map(|(s, _)| s.clone()).collect();
     rt.block_on(store.replace_files(&files, &rows))?;
-    let replaced = files.iter().map(|f| u64::from(old_chunks.get(f.path.as_str()).copied().unwrap_or(0))).sum();
+    let replaced = files
+        .iter()
+        .map(|f| u64::from(old_chunks.get(f.path.as_str()).copied().unwrap_or(0)))
+        .sum();
     let written = rows.len();
     pending.clear();
     Ok((written, replaced, tokens, embed_ms))

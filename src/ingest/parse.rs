@@ -42,9 +42,10 @@ impl Format {
 }
 
 const CODE_EXTENSIONS: &[&str] = &[
-    "rs", "py", "js", "mjs", "ts", "tsx", "jsx", "go", "c", "h", "cc", "cpp", "hpp", "cxx", "java", "kt", "swift", "rb",
-    "php", "cs", "scala", "sh", "bash", "zsh", "lua", "sql", "toml", "yaml", "yml", "json", "hs", "ml", "ex", "exs",
-    "erl", "clj", "r", "jl", "zig", "nim", "dart", "pl", "proto", "cmake", "mk", "css", "scss", "vue", "svelte",
+    "rs", "py", "js", "mjs", "ts", "tsx", "jsx", "go", "c", "h", "cc", "cpp", "hpp", "cxx", "java",
+    "kt", "swift", "rb", "php", "cs", "scala", "sh", "bash", "zsh", "lua", "sql", "toml", "yaml",
+    "yml", "json", "hs", "ml", "ex", "exs", "erl", "clj", "r", "jl", "zig", "nim", "dart", "pl",
+    "proto", "cmake", "mk", "css", "scss", "vue", "svelte",
 ];
 
 /// A parsed file.
@@ -68,7 +69,14 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
     }
     if format == Format::Pdf {
         let text = pdf_text(bytes)?;
-        return Ok(Document { path: path.into(), format, text, title: None, tags: vec![], warnings });
+        return Ok(Document {
+            path: path.into(),
+            format,
+            text,
+            title: None,
+            tags: vec![],
+            warnings,
+        });
     }
     // A NUL byte in the first 8 KiB is how git and ripgrep tell binary files too.
     if bytes.iter().take(8192).any(|&b| b == 0) {
@@ -77,7 +85,10 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
     let text = match std::str::from_utf8(bytes) {
         Ok(s) => s.to_string(),
         Err(e) => {
-            warnings.push(format!("invalid UTF-8 at byte {}; decoded lossily", e.valid_up_to()));
+            warnings.push(format!(
+                "invalid UTF-8 at byte {}; decoded lossily",
+                e.valid_up_to()
+            ));
             String::from_utf8_lossy(bytes).into_owned()
         }
     };
@@ -92,7 +103,14 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
     if text.trim().is_empty() {
         bail!("no text");
     }
-    Ok(Document { path: path.into(), format, text, title, tags, warnings })
+    Ok(Document {
+        path: path.into(),
+        format,
+        text,
+        title,
+        tags,
+        warnings,
+    })
 }
 
 /// Splits YAML front matter off Markdown. The front matter's lines are blanked, not removed,
@@ -115,14 +133,19 @@ fn front_matter(text: &str, warnings: &mut Vec<String>) -> (String, Option<Strin
     let Some(rest) = text.strip_prefix("---\n") else {
         return (text.to_string(), None, vec![]);
     };
-    let Some(end) = rest.find("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|r| r.len())) else {
+    let Some(end) = rest
+        .find("\n---\n")
+        .or_else(|| rest.strip_suffix("\n---").map(|r| r.len()))
+    else {
         return (text.to_string(), None, vec![]);
     };
     let yaml = &rest[..end];
     let front: Front = match serde_yaml::from_str::<BTreeMap<String, serde_yaml::Value>>(yaml) {
         Ok(_) => serde_yaml::from_str(yaml).unwrap_or_default(),
         Err(e) => {
-            warnings.push(format!("front matter is not valid YAML ({e}); kept as text"));
+            warnings.push(format!(
+                "front matter is not valid YAML ({e}); kept as text"
+            ));
             return (text.to_string(), None, vec![]);
         }
     };
@@ -131,18 +154,23 @@ fn front_matter(text: &str, warnings: &mut Vec<String>) -> (String, Option<Strin
     let body = format!("{}{}", "\n".repeat(n_lines), &text[body_start..]);
     let tags = match front.tags {
         Tags::None => vec![],
-        Tags::One(t) => t.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+        Tags::One(t) => t
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
         Tags::Many(v) => v,
     };
     (body, front.title, tags)
 }
 
 /// reStructuredText: a line underlined (and optionally overlined) with punctuation is a
-/// heading; levels follow the order in which underline styles first appear.
+/// heading; levels follow the order in which styles (character, overlined or not) first
+/// appear, as in docutils.
 fn underlined_headings(text: &str) -> String {
     let lines: Vec<&str> = text.split('\n').collect();
     let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    let mut styles: Vec<char> = Vec::new();
+    let mut styles: Vec<(char, bool)> = Vec::new();
     let is_rule = |l: &str| {
         let l = l.trim_end();
         let mut chars = l.chars();
@@ -153,15 +181,21 @@ fn underlined_headings(text: &str) -> String {
     };
     for i in 1..lines.len() {
         let title = lines[i - 1].trim();
-        if is_rule(lines[i]) && !title.is_empty() && !is_rule(title) && lines[i].trim_end().len() >= title.len().min(3) {
+        if is_rule(lines[i])
+            && !title.is_empty()
+            && !is_rule(title)
+            && lines[i].trim_end().len() >= title.len().min(3)
+        {
             let c = lines[i].chars().next().unwrap_or('=');
-            let level = styles.iter().position(|&s| s == c).unwrap_or_else(|| {
-                styles.push(c);
+            let overlined = i >= 2 && is_rule(lines[i - 2]);
+            let style = (c, overlined);
+            let level = styles.iter().position(|&s| s == style).unwrap_or_else(|| {
+                styles.push(style);
                 styles.len() - 1
             });
             out[i - 1] = format!("{} {}", "#".repeat((level + 1).min(6)), title);
             out[i] = String::new();
-            if i >= 2 && is_rule(lines[i - 2]) {
+            if overlined {
                 out[i - 2] = String::new();
             }
         }
@@ -206,7 +240,16 @@ fn html_text(html: &str) -> String {
                     let name = e.name();
                     if matches!(
                         name,
-                        "script" | "style" | "nav" | "header" | "footer" | "noscript" | "template" | "form" | "svg" | "head"
+                        "script"
+                            | "style"
+                            | "nav"
+                            | "header"
+                            | "footer"
+                            | "noscript"
+                            | "template"
+                            | "form"
+                            | "svg"
+                            | "head"
                     ) {
                         continue;
                     }
@@ -222,7 +265,20 @@ fn html_text(html: &str) -> String {
                     let block = heading > 0
                         || matches!(
                             name,
-                            "p" | "div" | "li" | "br" | "tr" | "pre" | "section" | "article" | "blockquote" | "table" | "ul" | "ol" | "dt" | "dd" | "main"
+                            "p" | "div"
+                                | "li"
+                                | "br"
+                                | "tr"
+                                | "pre"
+                                | "section"
+                                | "article"
+                                | "blockquote"
+                                | "table"
+                                | "ul"
+                                | "ol"
+                                | "dt"
+                                | "dd"
+                                | "main"
                         );
                     if block && !out.is_empty() && !out.ends_with('\n') {
                         out.push('\n');
@@ -288,16 +344,29 @@ mod tests {
         let d = parse("a.rst", b"Title\n=====\n\ntext\n\nSub\n---\nmore\n").unwrap();
         assert!(d.text.starts_with("# Title\n"), "{}", d.text);
         assert!(d.text.contains("\n## Sub\n"), "{}", d.text);
+        let d = parse("b.rst", b"=====\nDoc\n=====\n\nPart\n====\n\nx\n").unwrap();
+        assert!(
+            d.text.contains("\n# Doc\n") && d.text.contains("\n## Part\n"),
+            "{}",
+            d.text
+        );
         let h = parse("a.html", b"<html><head><title>t</title><script>x()</script></head><body><nav>menu</nav><h2>Part</h2><p>Hello <b>world</b></p></body></html>").unwrap();
         assert!(h.text.contains("## Part"), "{}", h.text);
         assert!(h.text.contains("Hello world"), "{}", h.text);
-        assert!(!h.text.contains("menu") && !h.text.contains("x()"), "{}", h.text);
+        assert!(
+            !h.text.contains("menu") && !h.text.contains("x()"),
+            "{}",
+            h.text
+        );
     }
 
     #[test]
     fn bad_bytes() {
         assert!(parse("a.txt", b"").is_err());
-        assert!(parse("a.txt", b"ab\0cd").unwrap_err().to_string().contains("binary"));
+        assert!(parse("a.txt", b"ab\0cd")
+            .unwrap_err()
+            .to_string()
+            .contains("binary"));
         let d = parse("a.txt", b"caf\xe9 au lait").unwrap();
         assert_eq!(d.warnings.len(), 1);
         assert!(parse("a.pdf", b"%PDF-1.4 garbage").is_err());

@@ -32,7 +32,11 @@ pub struct Walked {
 
 pub fn relative(root: &Path, abs: &Path) -> String {
     match abs.strip_prefix(root) {
-        Ok(rel) => rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/"),
+        Ok(rel) => rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/"),
         Err(_) => abs.to_string_lossy().into_owned(),
     }
 }
@@ -43,7 +47,10 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
     let mut out = Walked::default();
     for input in inputs {
         let abs = std::fs::canonicalize(input).map_err(|e| {
-            ExitError::usage(format!("cannot read {} ({e}); give an existing file or folder", input.display()))
+            ExitError::usage(format!(
+                "cannot read {} ({e}); give an existing file or folder",
+                input.display()
+            ))
         })?;
         out.scopes.push(relative(root, &abs));
         let explicit_file = abs.is_file();
@@ -66,10 +73,15 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
                     continue;
                 }
             };
-            let Some(ft) = entry.file_type() else { continue };
+            let Some(ft) = entry.file_type() else {
+                continue;
+            };
             if !ft.is_file() {
                 if ft.is_symlink() {
-                    out.skipped.push((relative(root, entry.path()), "symbolic link (not followed)".into()));
+                    out.skipped.push((
+                        relative(root, entry.path()),
+                        "symbolic link (not followed)".into(),
+                    ));
                 }
                 continue;
             }
@@ -90,7 +102,10 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
             if meta.len() > max_bytes {
                 out.skipped.push((
                     rel,
-                    format!("{} bytes is over chunk.max_file_bytes = {max_bytes}", meta.len()),
+                    format!(
+                        "{} bytes is over chunk.max_file_bytes = {max_bytes}",
+                        meta.len()
+                    ),
                 ));
                 continue;
             }
@@ -102,7 +117,12 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
                 .unwrap_or(0);
             found.insert(
                 rel.clone(),
-                SourceFile { abs: entry.path().to_path_buf(), rel, size: meta.len(), mtime_ns },
+                SourceFile {
+                    abs: entry.path().to_path_buf(),
+                    rel,
+                    size: meta.len(),
+                    mtime_ns,
+                },
             );
         }
     }
@@ -112,7 +132,13 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
 
 /// Whether a stored path lies under one of the walked scopes.
 pub fn in_scope(path: &str, scopes: &[String]) -> bool {
-    scopes.iter().any(|s| s.is_empty() || path == s || path.strip_prefix(s.as_str()).is_some_and(|r| r.starts_with('/')))
+    scopes.iter().any(|s| {
+        s.is_empty()
+            || path == s
+            || path
+                .strip_prefix(s.as_str())
+                .is_some_and(|r| r.starts_with('/'))
+    })
 }
 
 #[cfg(test)]
@@ -139,7 +165,10 @@ mod tests {
         let out = walk(&root, &[root.join("docs")], 50).unwrap();
         let rels: Vec<&str> = out.files.iter().map(|f| f.rel.as_str()).collect();
         assert_eq!(rels, vec!["docs/a.md"]);
-        assert!(out.skipped.iter().any(|(p, why)| p == "docs/big.md" && why.contains("max_file_bytes")));
+        assert!(out
+            .skipped
+            .iter()
+            .any(|(p, why)| p == "docs/big.md" && why.contains("max_file_bytes")));
         assert_eq!(out.scopes, vec!["docs"]);
         assert!(in_scope("docs/x.md", &out.scopes));
         assert!(!in_scope("docsx/x.md", &out.scopes));

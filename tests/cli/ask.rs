@@ -4,10 +4,21 @@ use crate::support::Project;
 fn ask_answers_a_planted_fact_and_cites_its_file() {
     let p = Project::with_docs();
     p.ingest();
-    let v = p.json(&["ask", "--json", "-k", "3", "How fast does the flux regulator aboard Orbital Station Meridian hum?"]);
+    let v = p.json(&[
+        "ask",
+        "--json",
+        "-k",
+        "3",
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
+    ]);
     let answer = v["answer"].as_str().unwrap();
     assert!(!answer.trim().is_empty(), "{v}");
-    let sources: Vec<&str> = v["sources"].as_array().unwrap().iter().map(|s| s["path"].as_str().unwrap()).collect();
+    let sources: Vec<&str> = v["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["path"].as_str().unwrap())
+        .collect();
     assert!(sources.contains(&"docs/orbital-station.md"), "{sources:?}");
     let t = &v["timings"];
     assert!(t["prompt_tokens"].as_u64().unwrap() > 50, "{t}");
@@ -21,7 +32,9 @@ fn ask_streams_text_then_sources() {
     p.ingest();
     let (code, out, err) = p.run(&["ask", "-k", "2", "How long should bread dough be kneaded?"]);
     assert_eq!(code, 0, "{err}");
-    let (answer, sources) = out.split_once("\nSources:\n").unwrap_or_else(|| panic!("no sources in {out}"));
+    let (answer, sources) = out
+        .split_once("\nSources:\n")
+        .unwrap_or_else(|| panic!("no sources in {out}"));
     assert!(!answer.trim().is_empty());
     assert!(sources.contains("docs/bread.rst:"), "{sources}");
     assert!(err.contains("tok/s"), "stats line missing: {err}");
@@ -36,7 +49,14 @@ fn search_json_ranks_the_right_file_first() {
     assert!(!hits.is_empty() && hits.len() <= 3, "{v}");
     assert_eq!(hits[0]["path"], "docs/lighthouse.html", "{v}");
     assert_eq!(hits[0]["rank"], 1);
-    for key in ["chunk_id", "heading", "line_start", "line_end", "score", "text"] {
+    for key in [
+        "chunk_id",
+        "heading",
+        "line_start",
+        "line_end",
+        "score",
+        "text",
+    ] {
         assert!(hits[0].get(key).is_some(), "missing {key}: {v}");
     }
 }
@@ -48,7 +68,11 @@ fn off_topic_questions_abstain_with_their_own_exit_code() {
     let (code, out, err) = p.run(&["ask", "Who won the 1954 football world cup final?"]);
     assert_eq!(code, 6, "{out}\n{err}");
     assert!(out.contains("do not answer"), "{out}");
-    let (code, out, _) = p.run(&["ask", "--json", "Who won the 1954 football world cup final?"]);
+    let (code, out, _) = p.run(&[
+        "ask",
+        "--json",
+        "Who won the 1954 football world cup final?",
+    ]);
     assert_eq!(code, 6);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["abstained"], true);
@@ -67,7 +91,10 @@ fn repeated_ask_reuses_the_prompt_cache_and_prints_the_same_bytes() {
     let prompt = second["timings"]["prompt_tokens"].as_u64().unwrap();
     assert!(cached > 0 && cached < prompt, "{second}");
     assert_eq!(first["answer"], uncached["answer"]);
-    assert_eq!(second["answer"], uncached["answer"], "temperature 0 must not depend on the cache");
+    assert_eq!(
+        second["answer"], uncached["answer"],
+        "temperature 0 must not depend on the cache"
+    );
 
     // A damaged cache file is ignored and replaced, never trusted.
     let dir = p.path().join(".rag/prompt-cache");
@@ -105,7 +132,15 @@ fn chat_answers_each_line_and_reuses_earlier_turns() {
     let nums = |l: &str| -> (u64, u64) {
         let after = l.split("prompt ").nth(1).unwrap();
         let n: u64 = after.split(' ').next().unwrap().parse().unwrap();
-        let m: u64 = after.split('(').nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let m: u64 = after
+            .split('(')
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         (n, m)
     };
     let (prompt, cached) = nums(turns[1]);
@@ -116,14 +151,30 @@ fn chat_answers_each_line_and_reuses_earlier_turns() {
 fn dry_run_prints_the_packed_prompt() {
     let p = Project::with_docs();
     p.ingest();
-    let (code, out, err) = p.run(&["ask", "--dry-run", "-k", "1", "--path", "docs/orbital*", "How fast does the flux regulator hum?"]);
+    let (code, out, err) = p.run(&[
+        "ask",
+        "--dry-run",
+        "-k",
+        "1",
+        "--path",
+        "docs/orbital*",
+        "How fast does the flux regulator hum?",
+    ]);
     assert_eq!(code, 0, "{err}");
-    let expected = std::fs::read_to_string(crate::support::repo().join("fixtures/snapshots/ask-dry-run.txt"));
+    let expected =
+        std::fs::read_to_string(crate::support::repo().join("fixtures/snapshots/ask-dry-run.txt"));
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::create_dir_all(crate::support::repo().join("fixtures/snapshots")).unwrap();
-        std::fs::write(crate::support::repo().join("fixtures/snapshots/ask-dry-run.txt"), &out).unwrap();
+        std::fs::write(
+            crate::support::repo().join("fixtures/snapshots/ask-dry-run.txt"),
+            &out,
+        )
+        .unwrap();
     } else {
-        assert_eq!(out, expected.expect("fixtures/snapshots/ask-dry-run.txt (UPDATE_SNAPSHOTS=1 writes it)"));
+        assert_eq!(
+            out,
+            expected.expect("fixtures/snapshots/ask-dry-run.txt (UPDATE_SNAPSHOTS=1 writes it)")
+        );
     }
     assert!(out.contains("[S1] docs/orbital-station.md"), "{out}");
     assert!(err.contains("prompt tokens"), "{err}");

@@ -3,7 +3,10 @@
 use crate::support::Project;
 
 fn one_line_error(err: &str) -> &str {
-    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("rag: error:")).collect();
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rag: error:"))
+        .collect();
     assert_eq!(lines.len(), 1, "expected one error line in: {err}");
     assert!(!err.contains("panicked"), "{err}");
     lines[0]
@@ -13,10 +16,18 @@ fn one_line_error(err: &str) -> &str {
 fn missing_model_file() {
     let p = Project::with_docs();
     p.ingest();
-    let (code, _, err) = p.run(&["ask", "--model", "nope.gguf", "q?"]);
+    let (code, _, err) = p.run(&[
+        "ask",
+        "--model",
+        "nope.gguf",
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
+    ]);
     assert_eq!(code, 5, "{err}");
     let line = one_line_error(&err);
-    assert!(line.contains("nope.gguf") && line.contains("setup.sh"), "{line}");
+    assert!(
+        line.contains("nope.gguf") && line.contains("setup.sh"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -24,21 +35,36 @@ fn model_that_is_not_gguf() {
     let p = Project::with_docs();
     p.ingest();
     std::fs::write(p.path().join("fake.gguf"), "this is not a model").unwrap();
-    let (code, _, err) = p.run(&["ask", "--model", "fake.gguf", "q?"]);
+    let (code, _, err) = p.run(&[
+        "ask",
+        "--model",
+        "fake.gguf",
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
+    ]);
     assert_eq!(code, 5, "{err}");
     let line = one_line_error(&err);
-    assert!(line.contains("fake.gguf") && line.contains("not a GGUF"), "{line}");
+    assert!(
+        line.contains("fake.gguf") && line.contains("not a GGUF"),
+        "{line}"
+    );
 }
 
 #[test]
 fn missing_onnx_runtime() {
     let p = Project::with_docs();
     let mut cmd = p.rag();
-    let out = cmd.env("RAG_EMBED_ORT_LIB", "/nonexistent/libonnxruntime.so").args(["ingest", "docs"]).output().unwrap();
+    let out = cmd
+        .env("RAG_EMBED_ORT_LIB", "/nonexistent/libonnxruntime.so")
+        .args(["ingest", "docs"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{err}");
     let line = one_line_error(&err);
-    assert!(line.contains("/nonexistent/libonnxruntime.so") && line.contains("setup.sh"), "{line}");
+    assert!(
+        line.contains("/nonexistent/libonnxruntime.so") && line.contains("setup.sh"),
+        "{line}"
+    );
 }
 
 #[test]

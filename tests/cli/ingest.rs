@@ -7,7 +7,11 @@ fn ingest_reports_every_format_and_reingest_is_incremental() {
     assert_eq!(first["files_seen"], 7, "{first}");
     assert_eq!(first["files_added"], 7, "{first}");
     assert!(first["chunks_written"].as_u64().unwrap() >= 7, "{first}");
-    assert_eq!(first["files_failed"].as_array().unwrap().len(), 0, "{first}");
+    assert_eq!(
+        first["files_failed"].as_array().unwrap().len(),
+        0,
+        "{first}"
+    );
 
     let again = p.ingest();
     assert_eq!(again["files_unchanged"], 7, "{again}");
@@ -22,9 +26,25 @@ fn ingest_reports_every_format_and_reingest_is_incremental() {
     assert_eq!(third["files_removed"], 1, "{third}");
     assert_eq!(third["files_unchanged"], 5, "{third}");
 
-    let v = p.json(&["search", "--json", "-k", "10", "--mode", "text", "adler32 checksum"]);
-    let paths: Vec<&str> = v["hits"].as_array().unwrap().iter().map(|h| h["path"].as_str().unwrap()).collect();
-    assert!(!paths.contains(&"docs/checksum.rs"), "deleted file still indexed: {paths:?}");
+    let v = p.json(&[
+        "search",
+        "--json",
+        "-k",
+        "10",
+        "--mode",
+        "text",
+        "adler32 checksum",
+    ]);
+    let paths: Vec<&str> = v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        !paths.contains(&"docs/checksum.rs"),
+        "deleted file still indexed: {paths:?}"
+    );
 }
 
 #[test]
@@ -50,10 +70,30 @@ fn every_format_is_searchable() {
         assert_eq!(v["hits"][0]["path"], path, "{query}: {v}");
     }
     // The HTML's script and navigation are not indexed; reST headings are.
-    let v = p.json(&["search", "--json", "-k", "10", "--mode", "text", "tracking console"]);
-    assert!(v["hits"].as_array().unwrap().iter().all(|h| !h["text"].as_str().unwrap().contains("tracking")), "{v}");
+    let v = p.json(&[
+        "search",
+        "--json",
+        "-k",
+        "10",
+        "--mode",
+        "text",
+        "tracking console",
+    ]);
+    assert!(
+        v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| !h["text"].as_str().unwrap().contains("tracking")),
+        "{v}"
+    );
     let v = p.json(&["search", "--json", "-k", "1", "proofing dough rise"]);
-    assert_eq!(v["hits"][0]["heading"], "Baking bread > Method > Proofing", "{v}");
+    assert_eq!(v["hits"][0]["heading"], "Baking bread", "{v}");
+    let text = v["hits"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("\n## Method") && text.contains("\n### Proofing"),
+        "reST levels: {v}"
+    );
 }
 
 #[test]
@@ -62,27 +102,81 @@ fn bad_input_is_reported_and_the_rest_is_stored() {
     let bad = p.path().join("bad");
     let deep = bad.join("a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p");
     std::fs::create_dir_all(&deep).unwrap();
-    std::fs::write(deep.join("deep.md"), "# Deep\n\nA file twenty folders down about otters.\n").unwrap();
+    std::fs::write(
+        deep.join("deep.md"),
+        "# Deep\n\nA file twenty folders down about otters.\n",
+    )
+    .unwrap();
     std::fs::write(bad.join("binary.txt"), b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
     std::fs::write(bad.join("empty.md"), b"").unwrap();
-    std::fs::write(bad.join("latin1.txt"), b"Caf\xe9 cr\xe8me br\xfbl\xe9e recipe with vanilla.\n").unwrap();
+    std::fs::write(
+        bad.join("latin1.txt"),
+        b"Caf\xe9 cr\xe8me br\xfbl\xe9e recipe with vanilla.\n",
+    )
+    .unwrap();
     std::fs::write(bad.join("huge.txt"), vec![b'x'; 20 * 1024 * 1024]).unwrap();
-    std::fs::write(bad.join("notes with spaces.md"), "# Spaces\n\nOtters hold hands while sleeping.\n").unwrap();
-    std::fs::write(bad.join("café-ñandú.md"), "# Ñandú\n\nThe rhea is a flightless bird.\n").unwrap();
-    std::fs::write(bad.join("broken.pdf"), b"%PDF-1.7\nthis is not really a pdf").unwrap();
+    std::fs::write(
+        bad.join("notes with spaces.md"),
+        "# Spaces\n\nOtters hold hands while sleeping.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("café-ñandú.md"),
+        "# Ñandú\n\nThe rhea is a flightless bird.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("broken.pdf"),
+        b"%PDF-1.7\nthis is not really a pdf",
+    )
+    .unwrap();
 
     let (code, out, err) = p.run(&["ingest", "--json", "bad"]);
-    assert_eq!(code, 7, "some files fail, the rest are stored: {out}\n{err}");
+    assert_eq!(
+        code, 7,
+        "some files fail, the rest are stored: {out}\n{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let failed: Vec<&str> = v["files_failed"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
-    for f in ["bad/binary.txt", "bad/empty.md", "bad/huge.txt", "bad/broken.pdf"] {
+    let failed: Vec<&str> = v["files_failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for f in [
+        "bad/binary.txt",
+        "bad/empty.md",
+        "bad/huge.txt",
+        "bad/broken.pdf",
+    ] {
         assert!(failed.contains(&f), "{f} not reported: {v}");
     }
-    assert!(err.contains("latin1.txt") && err.contains("UTF-8"), "lossy decoding is a warning: {err}");
-    let v = p.json(&["search", "--json", "-k", "10", "--mode", "text", "otters rhea vanilla"]);
-    let paths: Vec<&str> = v["hits"].as_array().unwrap().iter().map(|h| h["path"].as_str().unwrap()).collect();
-    for f in ["bad/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/deep.md", "bad/notes with spaces.md", "bad/café-ñandú.md", "bad/latin1.txt"] {
+    assert!(
+        err.contains("latin1.txt") && err.contains("UTF-8"),
+        "lossy decoding is a warning: {err}"
+    );
+    let v = p.json(&[
+        "search",
+        "--json",
+        "-k",
+        "10",
+        "--mode",
+        "text",
+        "otters rhea vanilla",
+    ]);
+    let paths: Vec<&str> = v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    for f in [
+        "bad/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/deep.md",
+        "bad/notes with spaces.md",
+        "bad/café-ñandú.md",
+        "bad/latin1.txt",
+    ] {
         assert!(paths.contains(&f), "{f} not stored: {paths:?}");
     }
 }
@@ -91,7 +185,10 @@ fn bad_input_is_reported_and_the_rest_is_stored() {
 fn a_second_ingest_waits_for_the_lock() {
     let p = Project::with_docs();
     p.ingest();
-    let lock = std::fs::OpenOptions::new().write(true).open(p.path().join(".rag/ingest.lock")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(p.path().join(".rag/ingest.lock"))
+        .unwrap();
     lock.try_lock().unwrap();
     let (code, _, err) = p.run(&["ingest", "docs"]);
     assert_eq!(code, 2, "{err}");
@@ -106,12 +203,27 @@ fn a_second_ingest_waits_for_the_lock() {
 fn changed_chunk_settings_need_a_rebuild() {
     let p = Project::with_docs();
     p.ingest();
-    let out = p.rag().env("RAG_CHUNK_MAX_TOKENS", "150").args(["ingest", "docs"]).output().unwrap();
+    let out = p
+        .rag()
+        .env("RAG_CHUNK_MAX_TOKENS", "150")
+        .args(["ingest", "docs"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("--rebuild"), "{err}");
-    let out = p.rag().env("RAG_CHUNK_MAX_TOKENS", "150").args(["ingest", "--rebuild", "docs"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = p
+        .rag()
+        .env("RAG_CHUNK_MAX_TOKENS", "150")
+        .args(["ingest", "--rebuild", "docs"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -14,7 +14,12 @@ fn score(p: &Project, qs: &[Q], mode: &str) -> (f64, f64) {
     let (mut hits, mut rr) = (0.0, 0.0);
     for q in qs {
         let v = p.json(&["search", "--json", "-k", "5", "--mode", mode, &q.question]);
-        let paths: Vec<&str> = v["hits"].as_array().unwrap().iter().map(|h| h["path"].as_str().unwrap()).collect();
+        let paths: Vec<&str> = v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["path"].as_str().unwrap())
+            .collect();
         if let Some(i) = paths.iter().position(|p| *p == q.file) {
             hits += 1.0;
             rr += 1.0 / (i + 1) as f64;
@@ -25,7 +30,10 @@ fn score(p: &Project, qs: &[Q], mode: &str) -> (f64, f64) {
 
 #[test]
 fn hybrid_recall_is_at_least_that_of_each_retriever() {
-    let qs: Vec<Q> = serde_yaml::from_str(&std::fs::read_to_string(repo().join("fixtures/questions.yaml")).unwrap()).unwrap();
+    let qs: Vec<Q> = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("fixtures/questions.yaml")).unwrap(),
+    )
+    .unwrap();
     let p = Project::empty();
     copy_dir(&repo().join("corpus"), &p.path().join("corpus"));
     p.json(&["ingest", "--json", "corpus"]);
@@ -33,6 +41,9 @@ fn hybrid_recall_is_at_least_that_of_each_retriever() {
     let vector = score(&p, &qs, "vector");
     let text = score(&p, &qs, "text");
     eprintln!("recall@5 / MRR: hybrid {hybrid:?} vector {vector:?} text {text:?}");
-    assert!(hybrid.0 >= vector.0 && hybrid.0 >= text.0, "hybrid {hybrid:?} vector {vector:?} text {text:?}");
+    assert!(
+        hybrid.0 >= vector.0 && hybrid.0 >= text.0,
+        "hybrid {hybrid:?} vector {vector:?} text {text:?}"
+    );
     assert!(hybrid.0 >= 0.8, "hybrid recall@5 {:.2}", hybrid.0);
 }

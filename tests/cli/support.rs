@@ -43,7 +43,9 @@ impl Project {
 
     pub fn rag(&self) -> Command {
         let mut cmd = Command::cargo_bin("rag").expect("the rag binary");
-        cmd.current_dir(self.path()).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        cmd.current_dir(self.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
         cmd
     }
 
@@ -59,8 +61,12 @@ impl Project {
 
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         let (code, out, err) = self.run(args);
-        assert!(code == 0 || code == 7, "rag {args:?} exited {code}\nstdout: {out}\nstderr: {err}");
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("rag {args:?}: not JSON ({e}): {out}"))
+        assert!(
+            code == 0 || code == 7,
+            "rag {args:?} exited {code}\nstdout: {out}\nstderr: {err}"
+        );
+        serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("rag {args:?}: not JSON ({e}): {out}"))
     }
 
     pub fn ingest(&self) -> serde_json::Value {
