@@ -77,6 +77,16 @@ pub struct Row<'a> {
     pub vector: &'a [f32],
 }
 
+/// A stored chunk with its vector, for reuse under another path.
+#[derive(Debug, Clone)]
+pub struct StoredChunk {
+    pub heading: String,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub text: String,
+    pub vector: Vec<f32>,
+}
+
 /// What the index knows of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileState {
@@ -459,6 +469,49 @@ impl Store {
                 .await?;
         }
         Ok(())
+    }
+
+    /// The chunks stored for `path`, in line order, with their vectors.
+    pub async fn chunks_of(&self, path: &str) -> Result<Vec<StoredChunk>> {
+        let batches: Vec<RecordBatch> = self
+            .chunks
+            .query()
+            .only_if(format!("path = {}", sql_str(path)))
+            .select(Select::columns(&[
+                "heading",
+                "line_start",
+                "line_end",
+                "text",
+                "vector",
+            ]))
+            .execute()
+            .await?
+            .try_collect()
+            .await?;
+        let mut out = Vec::new();
+        for b in &batches {
+            let col = |name: &str| {
+                b.column_by_name(name)
+                    .with_context(|| format!("chunks.{name}"))
+            };
+            let heading = col("heading")?.as_string::<i32>();
+            let ls = col("line_start")?.as_primitive::<UInt32Type>();
+            let le = col("line_end")?.as_primitive::<UInt32Type>();
+            let text = col("text")?.as_string::<i32>();
+            let vectors = col("vector")?.as_fixed_size_list();
+            for i in 0..b.num_rows() {
+                let v = vectors.value(i);
+                out.push(StoredChunk {
+                    heading: heading.value(i).to_string(),
+                    line_start: ls.value(i),
+                    line_end: le.value(i),
+                    text: text.value(i).to_string(),
+                    vector: v.as_primitive::<Float32Type>().values().to_vec(),
+                });
+            }
+        }
+        out.sort_by_key(|c| (c.line_start, c.line_end));
+        Ok(out)
     }
 
     /// Every chunk id, sorted (for consistency checks).

@@ -50,6 +50,9 @@ pub struct Report {
     pub files_removed: usize,
     pub files_failed: Vec<FileError>,
     pub chunks_written: usize,
+    /// Of those, chunks copied with their vectors from a stored file with identical content
+    /// (a rename or a copy), not embedded again.
+    pub chunks_reused: usize,
     pub chunks_deleted: u64,
     pub elapsed_ms: u64,
     /// Embedder tokens (special tokens included) and the time spent embedding them.
@@ -68,10 +71,10 @@ pub struct Plan {
     pub unchanged: usize,
 }
 
-/// A file that needs (re)indexing, with the bytes already read for hashing.
+/// A file that needs (re)indexing. Its bytes are read again when it is processed, so the
+/// plan holds no file contents: memory stays bounded by the commit size, not the corpus.
 struct Todo {
     file: SourceFile,
-    bytes: Vec<u8>,
     hash: String,
 }
 
@@ -171,15 +174,16 @@ pub fn run(
             }
         };
         let hash = parse::content_hash(&bytes);
+        drop(bytes);
         match old {
             Some(o) if o.hash == hash => plan.unchanged += 1,
             Some(_) => {
                 plan.changed.push(file.rel.clone());
-                todo.push(Todo { file, bytes, hash });
+                todo.push(Todo { file, hash });
             }
             None => {
                 plan.added.push(file.rel.clone());
-                todo.push(Todo { file, bytes, hash });
+                todo.push(Todo { file, hash });
             }
         }
     }
@@ -220,6 +224,26 @@ pub fn run(
         None => rt.block_on(Store::open_or_create(dir, meta))?,
     };
 
+    // Files whose content is already stored under another path (renames, copies) take the
+    // stored chunks and vectors instead of being embedded again. Fetched before removals,
+    // since a rename's old path is among them.
+    let by_hash: HashMap<&str, &str> = states
+        .values()
+        .map(|s| (s.hash.as_str(), s.path.as_str()))
+        .collect();
+    let mut reuse: HashMap<String, Vec<crate::store::StoredChunk>> = HashMap::new();
+    for t in &todo {
+        if let Some(src) = by_hash
+            .get(t.hash.as_str())
+            .filter(|src| **src != t.file.rel)
+        {
+            let rows = rt.block_on(store.chunks_of(src))?;
+            if !rows.is_empty() {
+                reuse.insert(t.file.rel.clone(), rows);
+            }
+        }
+    }
+
     if !plan.removed.is_empty() {
         let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
         report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
@@ -240,13 +264,65 @@ pub fn run(
     debug_assert!(chunk_opts.max_tokens > HEADING_BUDGET);
 
     let bar = ui.progress(todo.len() as u64, "embedding");
-    let mut pending: Vec<(FileState, Vec<chunk::Chunk>)> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut pending_chunks = 0;
     let mut embed_tokens = 0usize;
     let n_todo = todo.len();
     for (i, t) in todo.into_iter().enumerate() {
         bar.set_position(i as u64);
-        let doc = match parse::parse(&t.file.rel, &t.bytes) {
+        if let Some(rows) = reuse.remove(&t.file.rel) {
+            let state = FileState {
+                path: t.file.rel.clone(),
+                hash: t.hash.clone(),
+                size: t.file.size,
+                mtime_ns: t.file.mtime_ns,
+                chunks: rows.len() as u32,
+            };
+            let chunks: Vec<chunk::Chunk> = rows
+                .iter()
+                .map(|r| chunk::Chunk {
+                    id: chunk::chunk_id(&t.file.rel, &r.heading, &r.text),
+                    path: t.file.rel.clone(),
+                    heading: r.heading.clone(),
+                    line_start: r.line_start,
+                    line_end: r.line_end,
+                    text: r.text.clone(),
+                })
+                .collect();
+            report.chunks_reused += chunks.len();
+            pending_chunks += chunks.len();
+            pending.push(Pending {
+                state,
+                chunks,
+                vectors: Some(rows.into_iter().map(|r| r.vector).collect()),
+            });
+            if pending_chunks >= COMMIT_CHUNKS {
+                flush(
+                    &mut report,
+                    &mut embed_tokens,
+                    &store,
+                    &mut embedder,
+                    &mut pending,
+                    &old_chunks,
+                    rt,
+                )?;
+                pending_chunks = 0;
+            }
+            continue;
+        }
+        let bytes = match std::fs::read(&t.file.abs) {
+            Ok(b) => b,
+            Err(e) => {
+                report.files_failed.push(FileError {
+                    path: t.file.rel.clone(),
+                    error: format!("unreadable: {e}"),
+                });
+                continue;
+            }
+        };
+        // Hashed again: the record must describe the bytes that were indexed.
+        let hash = parse::content_hash(&bytes);
+        let doc = match parse::parse(&t.file.rel, &bytes) {
             Ok(d) => d,
             Err(e) => {
                 report.files_failed.push(FileError {
@@ -271,34 +347,45 @@ pub fn run(
                 continue;
             }
         };
+        drop(bytes);
         let state = FileState {
             path: t.file.rel.clone(),
-            hash: t.hash,
+            hash,
             size: t.file.size,
             mtime_ns: t.file.mtime_ns,
             chunks: chunks.len() as u32,
         };
         pending_chunks += chunks.len();
-        pending.push((state, chunks));
+        pending.push(Pending {
+            state,
+            chunks,
+            vectors: None,
+        });
         if pending_chunks >= COMMIT_CHUNKS || i + 1 == n_todo {
-            let (written, deleted, tokens, ms) =
-                commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
-            report.chunks_written += written;
-            report.chunks_deleted += deleted;
-            embed_tokens += tokens;
-            report.embed_ms += ms;
+            flush(
+                &mut report,
+                &mut embed_tokens,
+                &store,
+                &mut embedder,
+                &mut pending,
+                &old_chunks,
+                rt,
+            )?;
             pending_chunks = 0;
             let secs = (report.embed_ms as f64 / 1e3).max(1e-9);
             bar.set_message(format!("{:.0} tok/s", embed_tokens as f64 / secs));
         }
     }
     if !pending.is_empty() {
-        let (written, deleted, tokens, ms) =
-            commit(&store, &mut embedder, &mut pending, &old_chunks, rt)?;
-        report.chunks_written += written;
-        report.chunks_deleted += deleted;
-        embed_tokens += tokens;
-        report.embed_ms += ms;
+        flush(
+            &mut report,
+            &mut embed_tokens,
+            &store,
+            &mut embedder,
+            &mut pending,
+            &old_chunks,
+            rt,
+        )?;
     }
     report.embed_tokens = embed_tokens;
     bar.finish_and_clear();
@@ -312,27 +399,58 @@ pub fn run(
     Ok(report)
 }
 
-/// Embeds and writes the pending files; returns (chunks written, chunks replaced, embedder
-/// tokens, milliseconds spent embedding).
+/// A file ready to be written: its record, its chunks, and their vectors when they were
+/// reused rather than embedded.
+struct Pending {
+    state: FileState,
+    chunks: Vec<chunk::Chunk>,
+    vectors: Option<Vec<Vec<f32>>>,
+}
+
+/// Commits the pending files and adds what it did to the report.
+fn flush(
+    report: &mut Report,
+    embed_tokens: &mut usize,
+    store: &Store,
+    embedder: &mut Embedder,
+    pending: &mut Vec<Pending>,
+    old_chunks: &HashMap<&str, u32>,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let (written, deleted, tokens, ms) = commit(store, embedder, pending, old_chunks, rt)?;
+    report.chunks_written += written;
+    report.chunks_deleted += deleted;
+    *embed_tokens += tokens;
+    report.embed_ms += ms;
+    Ok(())
+}
+
+/// Embeds what needs it and writes the pending files; returns (chunks written, chunks
+/// replaced, embedder tokens, milliseconds spent embedding).
 fn commit(
     store: &Store,
     embedder: &mut Embedder,
-    pending: &mut Vec<(FileState, Vec<chunk::Chunk>)>,
+    pending: &mut Vec<Pending>,
     old_chunks: &HashMap<&str, u32>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(usize, u64, usize, u64)> {
     let texts: Vec<String> = pending
         .iter()
-        .flat_map(|(_, cs)| cs.iter().map(chunk::Chunk::embed_text))
+        .filter(|p| p.vectors.is_none())
+        .flat_map(|p| p.chunks.iter().map(chunk::Chunk::embed_text))
         .collect();
     let tokens = texts.iter().map(|t| embedder.count_tokens(t)).sum();
     let started = Instant::now();
-    let vectors = embedder.embed(&texts)?;
+    let embedded = embedder.embed(&texts)?;
     let embed_ms = started.elapsed().as_millis() as u64;
-    let mut rows = Vec::with_capacity(texts.len());
-    let mut v = vectors.iter();
-    for (state, chunks) in pending.iter() {
-        for c in chunks {
+    let mut fresh = embedded.iter();
+    let mut rows = Vec::new();
+    for p in pending.iter() {
+        for (j, c) in p.chunks.iter().enumerate() {
+            let vector = match &p.vectors {
+                Some(v) => v.get(j).map(Vec::as_slice),
+                None => fresh.next().map(Vec::as_slice),
+            };
             rows.push(Row {
                 id: &c.id,
                 path: &c.path,
@@ -340,12 +458,12 @@ fn commit(
                 line_start: c.line_start,
                 line_end: c.line_end,
                 text: &c.text,
-                file_hash: &state.hash,
-                vector: v.next().map(Vec::as_slice).unwrap_or(&[]),
+                file_hash: &p.state.hash,
+                vector: vector.unwrap_or(&[]),
             });
         }
     }
-    let files: Vec<FileState> = pending.iter().map(|(s, _)| s.clone()).collect();
+    let files: Vec<FileState> = pending.iter().map(|p| p.state.clone()).collect();
     rt.block_on(store.replace_files(&files, &rows))?;
     let replaced = files
         .iter()
