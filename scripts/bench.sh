@@ -10,7 +10,7 @@
 #              threads and lengths; time to first token of a repeated ask with and without
 #              the prompt cache.
 #
-# BENCH=ingest or BENCH=llm runs one half. Nothing here is committed or needed by tests.
+# BENCH=ingest, BENCH=llm or BENCH=search runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -182,6 +182,43 @@ import json; r=json.load(open('$bench/rag-llm.json')); print(round(r['prefill_to
 import json; a=json.load(open('$bench/ask-nocache2.json'))['timings']; b=json.load(open('$bench/ask-cached.json'))['timings']
 print(round(a['ttft_ms']), round(b['ttft_ms']), round(100*b['cached_tokens']/b['prompt_tokens']))")
   rows+=("| ask TTFT, new question, same sources | no cache $t_no ms · cache $t_yes ms ($share% of the prompt cached, $(python3 -c "print(round($t_no/max($t_yes,1),1))")× lower) |")
+fi
+
+if [ "$what" = all ] || [ "$what" = search ]; then
+  # --- rag search latency: median of 20 warm runs of the whole command ------------------
+  proj=$bench/search
+  rm -rf "$proj"; mkdir -p "$proj"; cp -r "$root/corpus" "$proj/"
+  sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
+  (cd "$proj" && "$rag" -q ingest corpus >/dev/null)
+  median_ms() { # median_ms DIR ARGS...: 2 warm-ups, then the median wall time of 20 runs
+    local dir=$1
+    shift
+    python3 - "$dir" "$@" <<'PY'
+import subprocess, sys, time, statistics
+d, args = sys.argv[1], sys.argv[2:]
+for _ in range(2):
+    subprocess.run(args, cwd=d, check=True, stdout=subprocess.DEVNULL)
+ts = []
+for _ in range(20):
+    t = time.perf_counter()
+    subprocess.run(args, cwd=d, check=True, stdout=subprocess.DEVNULL)
+    ts.append((time.perf_counter() - t) * 1e3)
+print(round(statistics.median(ts)))
+PY
+  }
+  s_corpus=$(median_ms "$proj" "$rag" -q search --json -k 5 "how does reciprocal rank fusion combine rankings")
+  s_text=$(median_ms "$proj" "$rag" -q search --json -k 5 --mode text "how does reciprocal rank fusion combine rankings")
+  syn=$bench/synthetic
+  if [ ! -f "$syn/.rag/index.json" ]; then
+    rm -rf "$syn"; mkdir -p "$syn"
+    sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$syn/rag.toml"
+    say "writing 100,000 synthetic chunks"
+    (cd "$syn" && "$rag" -q bench-store --chunks 100000 >"$bench/synthetic.json")
+  fi
+  s_syn=$(median_ms "$syn" "$rag" -q search --json -k 5 "cache token prefill latency")
+  s_syn_text=$(median_ms "$syn" "$rag" -q search --json -k 5 --mode text "cache token prefill latency")
+  rows+=("| rag search, corpus/ (190 chunks) | hybrid $s_corpus ms · text only $s_text ms (median of 20 warm runs, whole command) |")
+  rows+=("| rag search, 100,000 synthetic chunks | hybrid $s_syn ms · text only $s_syn_text ms (median of 20 warm runs, whole command) |")
 fi
 
 echo "| measure | result |"

@@ -72,6 +72,9 @@ pub enum Command {
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
     #[command(hide = true)]
     BenchLlm(BenchLlmArgs),
+    /// Fill the index with N synthetic chunks (for `make bench`)
+    #[command(hide = true)]
+    BenchStore(BenchStoreArgs),
     /// Retrieve the best chunks for a query, without generating
     #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
     Search(SearchArgs),
@@ -211,4 +214,11 @@ pub struct BenchLlmArgs {
     pub reps: usize,
     #[command(flatten)]
     pub gen: GenArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchStoreArgs {
+    /// Synthetic chunks to write
+    #[arg(long, default_value_t = 100_000)]
+    pub chunks: usize,
 }

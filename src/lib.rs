@@ -125,6 +125,7 @@ fn overrides(cli: &Cli) -> config::Overrides {
         }
         Command::Search(a) => retrieval(&mut o, &a.retrieval),
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
+        Command::BenchStore(_) => {}
         Command::Ask(cli::AskArgs {
             retrieval: r,
             gen: a,
@@ -227,6 +228,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             )
         }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
+        Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Chat(a) => {
             let o = chat::ChatOptions {
                 verbose: a.retrieval.verbose,
