@@ -78,16 +78,12 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
 /// scale no test corpus reaches. Writes in commits of 10,000 rows.
 pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
     use crate::embed::Embedder;
-    use crate::store::{ChunkMeta, FileState, IndexMeta, Row, Store};
+    use crate::store::{FileState, IndexMeta, Row, Store};
     let embedder = Embedder::load(&settings.embed)?;
     let dim = embedder.info.dim;
     let meta = IndexMeta::new(
         embedder.info.clone(),
-        ChunkMeta {
-            max_tokens: settings.chunk.max_tokens,
-            min_tokens: settings.chunk.min_tokens,
-            overlap_tokens: settings.chunk.overlap_tokens,
-        },
+        crate::ingest::chunk_meta(&settings.chunk),
         settings.root.clone(),
     );
     let store = rt.block_on(Store::open_or_create(&settings.index.dir, meta))?;

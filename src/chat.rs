@@ -12,9 +12,9 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 
 use crate::ask::prompt::{self, Turn};
-use crate::ask::{should_abstain, stats_line, Query, Retriever, Timings, ABSTAIN_TEXT};
-use crate::config::{threads, Settings};
-use crate::llm::{ContextParams, Llm, StopReason};
+use crate::ask::{should_abstain, stats_line, window, Query, Retriever, Timings, ABSTAIN_TEXT};
+use crate::config::Settings;
+use crate::llm::{Llm, StopReason};
 use crate::retrieve::Mode;
 use crate::ui::Ui;
 use crate::Exit;
@@ -70,23 +70,9 @@ pub fn run(
         &settings.llm.model
     };
     let llm = Llm::load(model, false)?;
-    let n_ctx = if settings.llm.n_ctx == 0 {
-        llm.n_ctx_train()
-    } else {
-        settings.llm.n_ctx
-    } as usize;
-    let reserve = settings.llm.max_tokens as usize;
-    if reserve + 64 >= n_ctx {
-        return Err(crate::ExitError::usage(format!(
-            "llm.max_tokens = {reserve} leaves no room for a prompt in llm.n_ctx = {n_ctx}; lower one or raise the other"
-        )));
-    }
-    let mut session = llm.session(&ContextParams {
-        n_ctx: n_ctx as u32,
-        n_batch: settings.llm.n_batch,
-        threads: threads(settings.llm.threads),
-        threads_batch: threads(settings.llm.threads_batch),
-    })?;
+    let (params, reserve) = window(settings, &llm)?;
+    let n_ctx = params.n_ctx as usize;
+    let mut session = llm.session(&params)?;
     let sampling = settings.sampling();
 
     let interactive = std::io::stdin().is_terminal();

@@ -260,6 +260,29 @@ fn snippet(text: &str, max: usize) -> String {
     }
 }
 
+/// The context for `llm` (n_ctx 0 = the model's training context) and the tokens reserved
+/// for the answer; an error when the answer would leave no room for a prompt.
+pub fn window(settings: &Settings, llm: &Llm) -> Result<(ContextParams, usize)> {
+    let n_ctx = if settings.llm.n_ctx == 0 {
+        llm.n_ctx_train()
+    } else {
+        settings.llm.n_ctx
+    };
+    let reserve = settings.llm.max_tokens as usize;
+    if reserve + 64 >= n_ctx as usize {
+        return Err(crate::ExitError::usage(format!(
+            "llm.max_tokens = {reserve} leaves no room for a prompt in llm.n_ctx = {n_ctx}; lower one or raise the other"
+        )));
+    }
+    let params = ContextParams {
+        n_ctx,
+        n_batch: settings.llm.n_batch,
+        threads: threads(settings.llm.threads),
+        threads_batch: threads(settings.llm.threads_batch),
+    };
+    Ok((params, reserve))
+}
+
 /// Whether the best evidence is too weak to answer from. Vector similarity is the signal
 /// (comparable across questions); in text-only mode, only "no hit at all" abstains.
 pub fn should_abstain(ranked: &[Ranked], mode: Mode, min_similarity: f32) -> bool {
@@ -338,17 +361,8 @@ pub fn ask(
         &settings.llm.model
     };
     let llm = Llm::load(model_path, o.dry_run)?;
-    let n_ctx = if settings.llm.n_ctx == 0 {
-        llm.n_ctx_train()
-    } else {
-        settings.llm.n_ctx
-    } as usize;
-    let reserve = settings.llm.max_tokens as usize;
-    if reserve + 64 >= n_ctx {
-        return Err(crate::ExitError::usage(format!(
-            "llm.max_tokens = {reserve} leaves no room for a prompt in llm.n_ctx = {n_ctx}; lower one or raise the other"
-        )));
-    }
+    let (params, reserve) = window(settings, &llm)?;
+    let n_ctx = params.n_ctx as usize;
     let overhead = llm.chat_tokens(&prompt::messages(&[], &q.text))?.len();
     let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
     let packed = prompt::pack(&q.text, &hits, n_ctx - reserve, overhead, &|t| {
@@ -390,12 +404,6 @@ pub fn ask(
         ui.json(&serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms }))?;
     }
 
-    let params = ContextParams {
-        n_ctx: n_ctx as u32,
-        n_batch: settings.llm.n_batch,
-        threads: threads(settings.llm.threads),
-        threads_batch: threads(settings.llm.threads_batch),
-    };
     let mut session = llm.session(&params)?;
     let memo = settings.index.dir.join("model-hashes.json");
     let model_sha = crate::hashcache::sha256(&llm.path, &memo)?;

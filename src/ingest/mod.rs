@@ -209,11 +209,7 @@ pub fn run(
     let mut embedder = Embedder::load(&settings.embed)?;
     let meta = IndexMeta::new(
         embedder.info.clone(),
-        ChunkMeta {
-            max_tokens: settings.chunk.max_tokens,
-            min_tokens: settings.chunk.min_tokens,
-            overlap_tokens: settings.chunk.overlap_tokens,
-        },
+        chunk_meta(&settings.chunk),
         root.clone(),
     );
     let store = match existing {
@@ -472,6 +468,15 @@ fn commit(
     let written = rows.len();
     pending.clear();
     Ok((written, replaced, tokens, embed_ms))
+}
+
+/// The chunk settings an index records: other values make its chunks incomparable.
+pub fn chunk_meta(s: &crate::config::ChunkSettings) -> ChunkMeta {
+    ChunkMeta {
+        max_tokens: s.max_tokens,
+        min_tokens: s.min_tokens,
+        overlap_tokens: s.overlap_tokens,
+    }
 }
 
 /// Removes what rag wrote in the index folder (and nothing else a user may have put there).
