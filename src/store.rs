@@ -315,26 +315,11 @@ impl Store {
         let batches: Vec<RecordBatch> = self.files.query().execute().await?.try_collect().await?;
         let mut out = HashMap::new();
         for b in &batches {
-            let path = b
-                .column_by_name("path")
-                .context("files.path")?
-                .as_string::<i32>();
-            let hash = b
-                .column_by_name("hash")
-                .context("files.hash")?
-                .as_string::<i32>();
-            let size = b
-                .column_by_name("size")
-                .context("files.size")?
-                .as_primitive::<UInt64Type>();
-            let mtime = b
-                .column_by_name("mtime_ns")
-                .context("files.mtime_ns")?
-                .as_primitive::<Int64Type>();
-            let chunks = b
-                .column_by_name("chunks")
-                .context("files.chunks")?
-                .as_primitive::<UInt32Type>();
+            let path = column(b, "files", "path")?.as_string::<i32>();
+            let hash = column(b, "files", "hash")?.as_string::<i32>();
+            let size = column(b, "files", "size")?.as_primitive::<UInt64Type>();
+            let mtime = column(b, "files", "mtime_ns")?.as_primitive::<Int64Type>();
+            let chunks = column(b, "files", "chunks")?.as_primitive::<UInt32Type>();
             for i in 0..b.num_rows() {
                 let s = FileState {
                     path: path.value(i).to_string(),
@@ -490,10 +475,7 @@ impl Store {
             .await?;
         let mut out = Vec::new();
         for b in &batches {
-            let col = |name: &str| {
-                b.column_by_name(name)
-                    .with_context(|| format!("chunks.{name}"))
-            };
+            let col = |name: &str| column(b, "chunks", name);
             let heading = col("heading")?.as_string::<i32>();
             let ls = col("line_start")?.as_primitive::<UInt32Type>();
             let le = col("line_end")?.as_primitive::<UInt32Type>();
@@ -609,13 +591,16 @@ impl Store {
     }
 }
 
+/// A column of a query result, or an error naming it.
+fn column<'a>(b: &'a RecordBatch, table: &str, name: &str) -> Result<&'a arrow_array::ArrayRef> {
+    b.column_by_name(name)
+        .with_context(|| format!("{table}.{name} missing from a query result"))
+}
+
 fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) -> Result<Vec<Hit>> {
     let mut out = Vec::new();
     for b in batches {
-        let col = |name: &str| {
-            b.column_by_name(name)
-                .with_context(|| format!("result column {name}"))
-        };
+        let col = |name: &str| column(b, "chunks", name);
         let id = col("id")?.as_string::<i32>();
         let path = col("path")?.as_string::<i32>();
         let heading = col("heading")?.as_string::<i32>();

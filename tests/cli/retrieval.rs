@@ -14,12 +14,7 @@ fn score(p: &Project, qs: &[Q], mode: &str) -> (f64, f64) {
     let (mut hits, mut rr) = (0.0, 0.0);
     for q in qs {
         let v = p.json(&["search", "--json", "-k", "5", "--mode", mode, &q.question]);
-        let paths: Vec<&str> = v["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h["path"].as_str().unwrap())
-            .collect();
+        let paths = crate::support::hit_paths(&v);
         if let Some(i) = paths.iter().position(|p| *p == q.file) {
             hits += 1.0;
             rr += 1.0 / (i + 1) as f64;

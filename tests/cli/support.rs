@@ -86,3 +86,13 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The `path` of every hit of a `rag search --json` result, in rank order.
+pub fn hit_paths(v: &serde_json::Value) -> Vec<String> {
+    v["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| h["path"].as_str().expect("path").to_string())
+        .collect()
+}
