@@ -188,3 +188,38 @@ fn a_bad_filter_is_a_runtime_error_with_the_sql() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no_such_column"), "{err}");
 }
+
+#[test]
+fn ndjson_streams_events_and_verbose_explains_retrieval() {
+    let p = Project::with_docs();
+    p.ingest();
+    let (code, out, err) = p.run(&[
+        "ask",
+        "--ndjson",
+        "-v",
+        "-k",
+        "2",
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["event"], "retrieval", "{out}");
+    assert!(events.iter().any(|e| e["event"] == "token"), "{out}");
+    let done = events.last().unwrap();
+    assert_eq!(done["event"], "done", "{out}");
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["event"] == "token")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert!(!streamed.trim().is_empty());
+    // -v: one line per retrieved span with each retriever's rank and the fused score.
+    assert!(err.contains("retrieval: mode Hybrid"), "{err}");
+    assert!(
+        err.contains("docs/orbital-station.md") && err.contains("fused"),
+        "{err}"
+    );
+}
