@@ -63,6 +63,10 @@ pub struct ChunkSettings {
     pub overlap_tokens: usize,
     /// Files larger than this are reported and skipped.
     pub max_file_bytes: u64,
+    /// Only files matching one of these globs are indexed (empty: every supported file).
+    pub include: Vec<String>,
+    /// Files matching one of these globs are never indexed.
+    pub exclude: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -146,6 +150,8 @@ impl Default for ChunkSettings {
             min_tokens: 120,
             overlap_tokens: 0,
             max_file_bytes: 10_000_000,
+            include: Vec::new(),
+            exclude: Vec::new(),
         }
     }
 }
@@ -291,6 +297,14 @@ fn env_layer(defaults: &Table, env: &dyn Fn(&str) -> Option<String>) -> Result<T
                 Value::Integer(_) => raw.trim().parse::<i64>().ok().map(Value::Integer),
                 Value::Float(_) => raw.trim().parse::<f64>().ok().map(Value::Float),
                 Value::Boolean(_) => raw.trim().parse::<bool>().ok().map(Value::Boolean),
+                // Lists: comma-separated (RAG_CHUNK_EXCLUDE="*.lock,vendor/**").
+                Value::Array(_) => Some(Value::Array(
+                    raw.split(',')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .map(|x| Value::String(x.into()))
+                        .collect(),
+                )),
                 _ => Some(Value::String(raw.clone())),
             };
             let Some(value) = value else {

@@ -126,7 +126,8 @@ pub fn run(
     let _lock = if opts.dry_run { None } else { Some(lock(dir)?) };
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
 
-    let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes)?;
+    let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
+    let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes, &filter)?;
     let mut report = Report {
         files_seen: walked.files.len(),
         ..Report::default()

@@ -41,8 +41,45 @@ pub fn relative(root: &Path, abs: &Path) -> String {
     }
 }
 
+/// Which files to take beyond the ignore files: `include` globs (none = all) and `exclude`
+/// globs, matched against the path relative to the project root.
+#[derive(Debug, Default)]
+pub struct Filter {
+    include: Option<globset::GlobSet>,
+    exclude: globset::GlobSet,
+}
+
+impl Filter {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Filter> {
+        let set = |globs: &[String], key: &str| -> Result<globset::GlobSet> {
+            let mut b = globset::GlobSetBuilder::new();
+            for g in globs {
+                let glob = globset::Glob::new(g).map_err(|e| {
+                    ExitError::usage(format!("chunk.{key}: {g:?} is not a valid glob ({e})"))
+                })?;
+                b.add(glob);
+            }
+            b.build()
+                .map_err(|e| ExitError::usage(format!("chunk.{key}: {e}")))
+        };
+        let include = if include.is_empty() {
+            None
+        } else {
+            Some(set(include, "include")?)
+        };
+        Ok(Filter {
+            include,
+            exclude: set(exclude, "exclude")?,
+        })
+    }
+
+    fn takes(&self, rel: &str) -> bool {
+        self.include.as_ref().is_none_or(|s| s.is_match(rel)) && !self.exclude.is_match(rel)
+    }
+}
+
 /// Walks `inputs` (files or folders). `root` must be absolute and canonical.
-pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
+pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) -> Result<Walked> {
     let mut found: BTreeMap<String, SourceFile> = BTreeMap::new();
     let mut out = Walked::default();
     for input in inputs {
@@ -86,6 +123,9 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64) -> Result<Walked> {
                 continue;
             }
             let rel = relative(root, entry.path());
+            if !filter.takes(&rel) {
+                continue;
+            }
             if Format::of(&rel).is_none() {
                 if explicit_file {
                     out.skipped.push((rel, "unsupported file type".into()));
@@ -162,7 +202,7 @@ mod tests {
         w("docs/sub/b.txt", "b");
         w("docs/sub/.ragignore", "*.txt\n");
         w("docs/big.md", &"x".repeat(100));
-        let out = walk(&root, &[root.join("docs")], 50).unwrap();
+        let out = walk(&root, &[root.join("docs")], 50, &Filter::default()).unwrap();
         let rels: Vec<&str> = out.files.iter().map(|f| f.rel.as_str()).collect();
         assert_eq!(rels, vec!["docs/a.md"]);
         assert!(out
@@ -172,5 +212,24 @@ mod tests {
         assert_eq!(out.scopes, vec!["docs"]);
         assert!(in_scope("docs/x.md", &out.scopes));
         assert!(!in_scope("docsx/x.md", &out.scopes));
+
+        w("docs/notes/c.md", "# C");
+        let only = Filter::new(&["docs/notes/**".into()], &[]).unwrap();
+        let rels: Vec<String> = walk(&root, &[root.join("docs")], 50, &only)
+            .unwrap()
+            .files
+            .into_iter()
+            .map(|f| f.rel)
+            .collect();
+        assert_eq!(rels, vec!["docs/notes/c.md"]);
+        let not = Filter::new(&[], &["**/a.md".into()]).unwrap();
+        let rels: Vec<String> = walk(&root, &[root.join("docs")], 50, &not)
+            .unwrap()
+            .files
+            .into_iter()
+            .map(|f| f.rel)
+            .collect();
+        assert_eq!(rels, vec!["docs/notes/c.md"]);
+        assert!(Filter::new(&["a[".into()], &[]).is_err());
     }
 }

@@ -251,3 +251,25 @@ fn kill_9_mid_ingest_then_rerun_matches_a_clean_ingest() {
     assert_eq!(got.len(), want.len(), "no duplicate and no missing chunk");
     assert_eq!(got, want);
 }
+
+#[test]
+fn include_and_exclude_globs_choose_files() {
+    let p = Project::with_docs();
+    let out = p
+        .rag()
+        .env("RAG_CHUNK_EXCLUDE", "docs/*.pdf, docs/*.rs")
+        .args(["ingest", "--json", "docs"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files_seen"], 5, "{v}");
+    std::fs::write(
+        p.path().join("rag.toml"),
+        std::fs::read_to_string(p.path().join("rag.toml"))
+            .unwrap()
+            .replace("[embed]", "[chunk]\ninclude = [\"**/*.md\"]\n\n[embed]"),
+    )
+    .unwrap();
+    let v = p.json(&["ingest", "--json", "--dry-run", "docs"]);
+    assert_eq!(v["files_seen"], 2, "{v}");
+}
