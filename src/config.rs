@@ -138,7 +138,7 @@ impl Default for EmbedSettings {
             tokenizer_dir: "models/minilm".into(),
             ort_lib: "models/libonnxruntime.so.1.31.1".into(),
             max_length: 256,
-            batch_size: 32,
+            batch_size: 16,
             threads: 0,
         }
     }

@@ -34,6 +34,25 @@ pub struct Embedder {
     batch_size: usize,
 }
 
+/// The order texts are embedded in: by length, so each batch pads little. Byte length tracks
+/// token length closely enough; a stable sort keeps the batches deterministic.
+pub fn batch_order(texts: &[String]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| texts[i].len());
+    order
+}
+
+/// Padding tokens a batching adds: each batch is padded to its longest text.
+pub fn padding(lens: &[usize], order: &[usize], batch: usize) -> usize {
+    order
+        .chunks(batch.max(1))
+        .map(|b| {
+            let longest = b.iter().map(|&i| lens[i]).max().unwrap_or(0);
+            b.iter().map(|&i| longest - lens[i]).sum::<usize>()
+        })
+        .sum()
+}
+
 /// ONNX Runtime allows one environment per process.
 fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     static ENV: OnceLock<ort::environment::Environment> = OnceLock::new();
@@ -148,10 +167,7 @@ impl Embedder {
 
     /// Embeds texts in batches of similar length (less padding per batch), in input order.
     pub fn embed(&mut self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        // Byte length tracks token length closely enough to group texts; a stable sort keeps
-        // the batches deterministic.
-        order.sort_by_key(|&i| texts[i].len());
+        let order = batch_order(texts);
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
             let inputs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
@@ -166,9 +182,29 @@ impl Embedder {
         Ok(out)
     }
 
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+
     pub fn embed_query(&mut self, query: &str) -> Result<Vec<f32>> {
         self.embed(&[query.to_string()])?
             .pop()
             .context("the embedding model returned no vector")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sorting_by_length_cuts_padding() {
+        let texts: Vec<String> = ["a", "bbbbbbbb", "cc", "dddddddd"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let lens: Vec<usize> = texts.iter().map(String::len).collect();
+        let sorted = super::batch_order(&texts);
+        assert_eq!(sorted, vec![0, 2, 1, 3]);
+        assert_eq!(super::padding(&lens, &[0, 1, 2, 3], 2), 7 + 6);
+        assert_eq!(super::padding(&lens, &sorted, 2), 1);
     }
 }
