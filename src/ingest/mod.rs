@@ -266,121 +266,41 @@ pub fn run(
 
     let bar = ui.progress(todo.len() as u64, "embedding");
     let mut pending: Vec<Pending> = Vec::new();
-    let mut pending_chunks = 0;
-    let mut embed_tokens = 0usize;
-    let n_todo = todo.len();
     for (i, t) in todo.into_iter().enumerate() {
         bar.set_position(i as u64);
-        if let Some(rows) = reuse.remove(&t.file.rel) {
-            let state = FileState {
-                path: t.file.rel.clone(),
-                hash: t.hash.clone(),
-                size: t.file.size,
-                mtime_ns: t.file.mtime_ns,
-                chunks: rows.len() as u32,
-            };
-            let chunks: Vec<chunk::Chunk> = rows
-                .iter()
-                .map(|r| chunk::Chunk {
-                    id: chunk::chunk_id(&t.file.rel, &r.heading, &r.text),
-                    path: t.file.rel.clone(),
-                    heading: r.heading.clone(),
-                    line_start: r.line_start,
-                    line_end: r.line_end,
-                    text: r.text.clone(),
-                })
-                .collect();
-            report.chunks_reused += chunks.len();
-            pending_chunks += chunks.len();
-            pending.push(Pending {
-                state,
-                chunks,
-                vectors: Some(rows.into_iter().map(|r| r.vector).collect()),
-            });
-            if pending_chunks >= COMMIT_CHUNKS {
-                flush(
-                    &mut report,
-                    &mut embed_tokens,
-                    &store,
-                    &mut embedder,
-                    &mut pending,
-                    &old_chunks,
-                    rt,
-                )?;
-                pending_chunks = 0;
-            }
-            continue;
+        let next = match reuse.remove(&t.file.rel) {
+            Some(rows) => reused(&t, rows),
+            None => match prepare(&t, &embedder, chunk_opts, ui) {
+                Ok(p) => p,
+                Err(error) => {
+                    report.files_failed.push(FileError {
+                        path: t.file.rel.clone(),
+                        error,
+                    });
+                    continue;
+                }
+            },
+        };
+        if next.vectors.is_some() {
+            report.chunks_reused += next.chunks.len();
         }
-        let bytes = match std::fs::read(&t.file.abs) {
-            Ok(b) => b,
-            Err(e) => {
-                report.files_failed.push(FileError {
-                    path: t.file.rel.clone(),
-                    error: format!("unreadable: {e}"),
-                });
-                continue;
-            }
-        };
-        // Hashed again: the record must describe the bytes that were indexed.
-        let hash = parse::content_hash(&bytes);
-        let doc = match parse::parse(&t.file.rel, &bytes) {
-            Ok(d) => d,
-            Err(e) => {
-                report.files_failed.push(FileError {
-                    path: t.file.rel.clone(),
-                    error: format!("{e:#}"),
-                });
-                continue;
-            }
-        };
-        for w in &doc.warnings {
-            ui.warn(&format!("{}: {w}", t.file.rel));
-        }
-        let chunks = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            chunk::chunk(&doc, embedder.tokenizer(), chunk_opts)
-        })) {
-            Ok(c) => c,
-            Err(_) => {
-                report.files_failed.push(FileError {
-                    path: t.file.rel.clone(),
-                    error: "the chunker failed on this file".into(),
-                });
-                continue;
-            }
-        };
-        drop(bytes);
-        let state = FileState {
-            path: t.file.rel.clone(),
-            hash,
-            size: t.file.size,
-            mtime_ns: t.file.mtime_ns,
-            chunks: chunks.len() as u32,
-        };
-        pending_chunks += chunks.len();
-        pending.push(Pending {
-            state,
-            chunks,
-            vectors: None,
-        });
-        if pending_chunks >= COMMIT_CHUNKS || i + 1 == n_todo {
+        pending.push(next);
+        if pending.iter().map(|p| p.chunks.len()).sum::<usize>() >= COMMIT_CHUNKS {
             flush(
                 &mut report,
-                &mut embed_tokens,
                 &store,
                 &mut embedder,
                 &mut pending,
                 &old_chunks,
                 rt,
             )?;
-            pending_chunks = 0;
             let secs = (report.embed_ms as f64 / 1e3).max(1e-9);
-            bar.set_message(format!("{:.0} tok/s", embed_tokens as f64 / secs));
+            bar.set_message(format!("{:.0} tok/s", report.embed_tokens as f64 / secs));
         }
     }
     if !pending.is_empty() {
         flush(
             &mut report,
-            &mut embed_tokens,
             &store,
             &mut embedder,
             &mut pending,
@@ -388,7 +308,6 @@ pub fn run(
             rt,
         )?;
     }
-    report.embed_tokens = embed_tokens;
     bar.finish_and_clear();
 
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
@@ -408,10 +327,67 @@ struct Pending {
     vectors: Option<Vec<Vec<f32>>>,
 }
 
+/// A file whose content is stored under another path: its chunks and vectors, re-keyed
+/// to the new path.
+fn reused(t: &Todo, rows: Vec<crate::store::StoredChunk>) -> Pending {
+    let chunks: Vec<chunk::Chunk> = rows
+        .iter()
+        .map(|r| chunk::Chunk {
+            id: chunk::chunk_id(&t.file.rel, &r.heading, &r.text),
+            path: t.file.rel.clone(),
+            heading: r.heading.clone(),
+            line_start: r.line_start,
+            line_end: r.line_end,
+            text: r.text.clone(),
+        })
+        .collect();
+    Pending {
+        state: file_state(t, t.hash.clone(), chunks.len()),
+        chunks,
+        vectors: Some(rows.into_iter().map(|r| r.vector).collect()),
+    }
+}
+
+/// Reads, parses and chunks a file; the error is the reason it is reported as failed.
+fn prepare(
+    t: &Todo,
+    embedder: &Embedder,
+    opts: ChunkOptions,
+    ui: &Ui,
+) -> std::result::Result<Pending, String> {
+    let bytes = std::fs::read(&t.file.abs).map_err(|e| format!("unreadable: {e}"))?;
+    // Hashed again: the record must describe the bytes that were indexed.
+    let hash = parse::content_hash(&bytes);
+    let doc = parse::parse(&t.file.rel, &bytes).map_err(|e| format!("{e:#}"))?;
+    drop(bytes);
+    for w in &doc.warnings {
+        ui.warn(&format!("{}: {w}", t.file.rel));
+    }
+    // The splitter may panic on text its tokenizer cannot handle: one bad file, not a crash.
+    let chunks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        chunk::chunk(&doc, embedder.tokenizer(), opts)
+    }))
+    .map_err(|_| "the chunker failed on this file".to_string())?;
+    Ok(Pending {
+        state: file_state(t, hash, chunks.len()),
+        chunks,
+        vectors: None,
+    })
+}
+
+fn file_state(t: &Todo, hash: String, chunks: usize) -> FileState {
+    FileState {
+        path: t.file.rel.clone(),
+        hash,
+        size: t.file.size,
+        mtime_ns: t.file.mtime_ns,
+        chunks: chunks as u32,
+    }
+}
+
 /// Commits the pending files and adds what it did to the report.
 fn flush(
     report: &mut Report,
-    embed_tokens: &mut usize,
     store: &Store,
     embedder: &mut Embedder,
     pending: &mut Vec<Pending>,
@@ -420,11 +396,11 @@ fn flush(
 ) -> Result<()> {
     let (written, deleted, tokens, ms, (pad_sorted, pad_unsorted)) =
         commit(store, embedder, pending, old_chunks, rt)?;
+    report.embed_tokens += tokens;
     report.embed_padding_tokens += pad_sorted;
     report.embed_padding_tokens_unsorted += pad_unsorted;
     report.chunks_written += written;
     report.chunks_deleted += deleted;
-    *embed_tokens += tokens;
     report.embed_ms += ms;
     Ok(())
 }
