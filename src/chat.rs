@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
+use crate::ask::cite;
 use crate::ask::prompt::{self, Turn};
 use crate::ask::{should_abstain, stats_line, window, Query, Retriever, Timings, ABSTAIN_TEXT};
 use crate::config::Settings;
@@ -119,9 +120,22 @@ pub fn run(
         stop.store(false, Ordering::SeqCst);
         let mut answer = String::new();
         let mut write_err = None;
+        let texts: Vec<(usize, &str)> = packed
+            .sources
+            .iter()
+            .map(|s| (s.n, s.hit.text.as_str()))
+            .collect();
+        let mut attributor = settings
+            .llm
+            .add_citations
+            .then(|| cite::Attributor::new(&texts));
         let decode = session.generate(&sampling, |piece| {
-            answer.push_str(piece);
-            if let Err(e) = ui.out(piece) {
+            let piece = match &mut attributor {
+                Some(a) => a.push(piece),
+                None => piece.to_string(),
+            };
+            answer.push_str(&piece);
+            if let Err(e) = ui.out(&piece) {
                 write_err = Some(e);
                 return false;
             }
@@ -129,6 +143,14 @@ pub fn run(
         })?;
         if let Some(e) = write_err {
             return Err(e.into());
+        }
+        if let Some(a) = attributor
+            .as_mut()
+            .filter(|_| decode.stop != StopReason::Cancelled)
+        {
+            let tail = a.finish();
+            ui.out(&tail)?;
+            answer.push_str(&tail);
         }
         if decode.stop == StopReason::Cancelled {
             ui.outln(" [stopped]")?;

@@ -110,6 +110,10 @@ pub struct LlmSettings {
     /// Penalty on tokens repeated within the last `repeat_last_n` generated (1.0 = off).
     pub repeat_penalty: f32,
     pub repeat_last_n: i32,
+    /// Add a `[S#]` marker to each answer sentence that has none, naming the source that
+    /// shares most of its content words (see `ask::cite::Attributor`); false leaves citing
+    /// to the model.
+    pub add_citations: bool,
     /// Disk budget of the persistent prompt cache in MiB; 0 turns it off.
     pub prompt_cache_mb: u64,
 }
@@ -183,6 +187,7 @@ impl Default for LlmSettings {
             seed: 42,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            add_citations: true,
             prompt_cache_mb: 512,
         }
     }

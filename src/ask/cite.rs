@@ -22,10 +22,12 @@ pub struct Checked {
     pub citations: Vec<Citation>,
     /// Markers removed because no packed source has that number.
     pub invalid: Vec<String>,
+    /// Sentences with three content words or more and no marker.
+    pub uncited: Vec<String>,
 }
 
 /// A sentence is supported by a source when at least this share of its content words
-/// appears in the source.
+/// appears in the source (and all of its numbers, see [`supports`]).
 pub const SUPPORT_THRESHOLD: f32 = 0.5;
 
 const STOP: &[&str] = &[
@@ -112,9 +114,24 @@ const STOP: &[&str] = &[
 fn content_words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric() && c != '\'')
         .map(|w| w.trim_matches('\'').to_lowercase())
-        .filter(|w| w.chars().count() >= 3 && !STOP.contains(&w.as_str()))
+        // Numbers count whatever their length: they are the facts most worth checking.
+        .filter(|w| {
+            w.chars().any(|c| c.is_ascii_digit())
+                || (w.chars().count() >= 3 && !STOP.contains(&w.as_str()))
+        })
         .map(|w| stem(&w))
         .collect()
+}
+
+/// Whether a claim with content `words` is supported by a source with content `vocab`: enough
+/// shared words, and every number of the claim in the source ("10 hours" is not supported
+/// by "ten minutes").
+fn supports(words: &[String], vocab: &HashSet<String>) -> bool {
+    overlap(words, vocab) >= SUPPORT_THRESHOLD
+        && words
+            .iter()
+            .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+            .all(|w| vocab.contains(w))
 }
 
 /// A light plural/verb stem so "tokens" matches "token" and "stores" matches "stored".
@@ -231,10 +248,14 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
         .map(|(n, t)| (*n, content_words(t).into_iter().collect()))
         .collect();
     let mut citations = Vec::new();
+    let mut uncited = Vec::new();
     for span in sentences(&cleaned) {
         let sentence = &cleaned[span];
         let found = markers(sentence);
         if found.is_empty() {
+            if content_words(sentence).len() >= 3 && !is_abstention(sentence) {
+                uncited.push(sentence.trim().to_string());
+            }
             continue;
         }
         let mut claim = sentence.to_string();
@@ -246,15 +267,10 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
             let Some((_, vocab)) = source_words.iter().find(|(m, _)| *m == n) else {
                 continue;
             };
-            let overlap = if words.is_empty() {
-                0.0
-            } else {
-                words.iter().filter(|w| vocab.contains(*w)).count() as f32 / words.len() as f32
-            };
             citations.push(Citation {
                 id: format!("S{n}"),
-                supported: overlap >= SUPPORT_THRESHOLD,
-                overlap,
+                supported: supports(&words, vocab),
+                overlap: overlap(&words, vocab),
             });
         }
     }
@@ -262,7 +278,156 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
         answer: cleaned,
         citations,
         invalid,
+        uncited,
     }
+}
+
+/// Citations added by rag as the answer streams: when a sentence ends without a marker, the
+/// marker of the source that shares most of its content words goes in before its full stop,
+/// if that source holds at least [`SUPPORT_THRESHOLD`] of them. A sentence no source supports
+/// gets no marker, so it shows up as uncited rather than as a false attribution.
+///
+/// Why not let the model cite: SmolLM2-135M and Qwen2.5-0.5B write no markers, or only
+/// markers; forcing a marker and letting the model's logits pick its number (constrained
+/// decoding) picked the first or the last source about as often as the right one, and fed
+/// back into the context, the markers made the models copy source headers.
+pub struct Attributor {
+    sources: Vec<(usize, HashSet<String>)>,
+    written: String,
+    /// Trailing whitespace not shown yet: a marker for the end of the text goes before it.
+    pending: String,
+    /// Where each added marker ends in the text.
+    added: Vec<usize>,
+}
+
+impl Attributor {
+    /// `sources`: label number and text of each packed source.
+    pub fn new(sources: &[(usize, &str)]) -> Attributor {
+        Attributor {
+            sources: sources
+                .iter()
+                .map(|(n, t)| (*n, content_words(t).into_iter().collect()))
+                .collect(),
+            written: String::new(),
+            pending: String::new(),
+            added: Vec::new(),
+        }
+    }
+
+    /// What to show for the next streamed `piece`: the piece, after a marker when the piece
+    /// ends a sentence that has none. Trailing whitespace is held back until more text comes.
+    pub fn push(&mut self, piece: &str) -> String {
+        let mut out = std::mem::take(&mut self.pending);
+        out.push_str(&self.marker(Some(piece)));
+        out.push_str(piece);
+        self.written.push_str(piece);
+        let shown = out.trim_end().len();
+        self.pending = out.split_off(shown);
+        out
+    }
+
+    /// Cuts the answer so far back to `text`, a prefix of it (a loop's copy was dropped).
+    pub fn rewind(&mut self, text: &str) {
+        debug_assert!(self.written.starts_with(text));
+        self.written = text.to_string();
+        self.added.retain(|&end| end <= text.len());
+    }
+
+    /// Markers added to the answer so far.
+    pub fn added(&self) -> usize {
+        self.added.len()
+    }
+
+    /// A marker for the last sentence, when the answer ends without one; trailing whitespace
+    /// is dropped.
+    pub fn finish(&mut self) -> String {
+        self.pending.clear();
+        self.written.truncate(self.written.trim_end().len());
+        self.marker(None)
+    }
+
+    fn marker(&mut self, next: Option<&str>) -> String {
+        let Some(space) = cite_point(&self.written, next) else {
+            return String::new();
+        };
+        let open = &self.written[sentences(&self.written).last().map_or(0, |r| r.start)..];
+        let words = content_words(open);
+        let mut best: Option<(usize, f32)> = None;
+        for (n, vocab) in &self.sources {
+            let o = overlap(&words, vocab);
+            if supports(&words, vocab) && best.is_none_or(|(_, b)| o > b) {
+                best = Some((*n, o));
+            }
+        }
+        let Some((n, _)) = best else {
+            return String::new();
+        };
+        let m = format!("{}[S{n}]", if space { " " } else { "" });
+        self.written.push_str(&m);
+        self.added.push(self.written.len());
+        m
+    }
+}
+
+/// Share of `words` found in `vocab` (0 when there are no words).
+fn overlap(words: &[String], vocab: &HashSet<String>) -> f32 {
+    if words.is_empty() {
+        0.0
+    } else {
+        words.iter().filter(|w| vocab.contains(*w)).count() as f32 / words.len() as f32
+    }
+}
+
+/// Whether the token text `next` (`None`: end of text) ends a sentence of `written` that needs
+/// a marker; `Some(true)` when the marker needs a leading space.
+fn cite_point(written: &str, next: Option<&str>) -> Option<bool> {
+    // Inside a fenced code block nothing is a sentence.
+    if written.matches("```").count() % 2 == 1 {
+        return None;
+    }
+    let space = !written.is_empty() && !written.ends_with(char::is_whitespace);
+    // The sentence being written, or the one that just ended with its punctuation.
+    let open = &written[sentences(written).last().map_or(0, |r| r.start)..];
+    // Mid-answer, fragments of one or two words ("Answer:", "1.") are no claims; a short
+    // answer that ends the text ("1742 hertz") is.
+    let min_words = if next.is_none() && markers(written).is_empty() {
+        1
+    } else {
+        3
+    };
+    if open.ends_with('\n')
+        || !markers(open).is_empty()
+        || open.split_whitespace().count() < min_words
+        || is_abstention(open)
+    {
+        return None;
+    }
+    let last = written.chars().last()?;
+    let ends = |c: char| matches!(c, '.' | '!' | '?');
+    match next {
+        // Before the full stop, unless it may be a decimal point or an abbreviation's.
+        Some(t) if t.starts_with(ends) => {
+            let word = open.split_whitespace().last().unwrap_or("");
+            let abbreviation = word.chars().count() == 1
+                || word.contains('.')
+                || ["etc", "vs", "approx", "Mr", "Mrs", "Dr", "St"].contains(&word);
+            (!last.is_ascii_digit() && !last.is_whitespace() && !abbreviation).then_some(space)
+        }
+        // After a full stop that was let through (a number's), once the sentence is over.
+        None | Some(_) if ends(last) && next.is_none_or(|t| t.starts_with(char::is_whitespace)) => {
+            Some(true)
+        }
+        // A line that ends without a full stop (a list item), but not a lead-in to a list.
+        None => (last != ':').then_some(space),
+        Some(t) if t.starts_with('\n') => (last != ':').then_some(space),
+        _ => None,
+    }
+}
+
+/// The sentence says the documents hold no answer (the prompt asks for those words).
+fn is_abstention(sentence: &str) -> bool {
+    let s = sentence.to_lowercase();
+    s.contains("not answer") || s.contains("not contain")
 }
 
 #[cfg(test)]
@@ -280,6 +445,7 @@ mod tests {
             &[(1, S1), (2, S2)],
         );
         assert_eq!(c.invalid, Vec::<String>::new());
+        assert!(c.uncited.is_empty());
         assert_eq!(c.citations.len(), 2);
         assert!(c.citations[0].supported, "{c:?}");
         assert!(!c.citations[1].supported, "{c:?}");
@@ -304,6 +470,32 @@ mod tests {
     }
 
     #[test]
+    fn a_number_missing_from_the_source_is_not_supported() {
+        let c = check(
+            "The cache stores vectors of 12 previous tokens [S1]. Tomatoes need six hours of sun [S2].",
+            &[(1, S1), (2, S2)],
+        );
+        assert!(!c.citations[0].supported, "{c:?}");
+        assert!(c.citations[0].overlap >= SUPPORT_THRESHOLD, "{c:?}");
+        assert!(c.citations[1].supported, "{c:?}");
+        let mut a = Attributor::new(&[(1, S1)]);
+        assert_eq!(
+            a.push("The cache stores 12 vectors"),
+            "The cache stores 12 vectors"
+        );
+        assert_eq!(a.push("."), ".");
+    }
+
+    #[test]
+    fn sentences_without_markers_are_reported_uncited() {
+        let c = check(
+            "The cache stores key vectors [S1]. Tomatoes need lots of sun. Short one. The documents do not answer the rest.",
+            &[(1, S1), (2, S2)],
+        );
+        assert_eq!(c.uncited, vec!["Tomatoes need lots of sun."]);
+    }
+
+    #[test]
     fn markers_after_the_full_stop_stay_with_their_sentence() {
         let c = check(
             "Tomatoes need sun. [S2] The cache holds vectors. [S1]",
@@ -311,5 +503,80 @@ mod tests {
         );
         assert_eq!(c.citations.len(), 2);
         assert!(c.citations.iter().all(|x| x.supported), "{c:?}");
+    }
+
+    fn attributed(steps: &[&str]) -> String {
+        // Replays a stream: each step is one piece; the end of the list ends the text.
+        let mut a = Attributor::new(&[(1, S1), (2, "The regulator hums at 1742 hertz. It is loud. Do the thing. Version 2.5 is out now.")]);
+        let mut out: String = steps.iter().map(|t| a.push(t)).collect();
+        out.push_str(&a.finish());
+        assert_eq!(a.written.trim_end(), out.trim_end());
+        out
+    }
+
+    #[test]
+    fn attribution_cites_each_sentence_by_its_best_source_before_the_full_stop() {
+        assert_eq!(
+            attributed(&[
+                "The",
+                " regulator",
+                " hums",
+                " at",
+                " 1742",
+                " hertz",
+                ".",
+                " The",
+                " cache",
+                " stores",
+                " key",
+                " vectors",
+                "."
+            ]),
+            "The regulator hums at 1742 hertz [S2]. The cache stores key vectors [S1]."
+        );
+        // A sentence no source supports gets no marker; the model's own markers stay.
+        assert_eq!(
+            attributed(&[
+                "Tomatoes", " like", " the", " moon", ".", " It", " is", " loud", " [S1]", "."
+            ]),
+            "Tomatoes like the moon. It is loud [S1]."
+        );
+    }
+
+    #[test]
+    fn attribution_leaves_numbers_abbreviations_short_lines_and_code_alone() {
+        assert_eq!(
+            attributed(&["Version", " 2", ".", "5", " is", " out", " now", " ok"]),
+            "Version 2.5 is out now ok [S2]"
+        );
+        // A full stop after a number: the marker follows it.
+        assert_eq!(
+            attributed(&["The", " regulator", " hums", " at", " 1742", ".", " Next"]),
+            "The regulator hums at 1742. [S2] Next"
+        );
+        assert_eq!(
+            attributed(&["Loud", " e", ".", "g", ".", " often"]),
+            "Loud e.g. often"
+        );
+        // A short answer is cited at the end of the text, before trailing whitespace.
+        assert_eq!(attributed(&["1742", " hertz"]), "1742 hertz [S2]");
+        assert_eq!(
+            attributed(&["1742", " hertz", "\n", " "]),
+            "1742 hertz [S2]"
+        );
+        assert_eq!(
+            attributed(&[
+                "Answer", ":", "\n", "-", " do", " the", " thing", "\n", "It", " is", " loud"
+            ]),
+            "Answer:\n- do the thing [S2]\nIt is loud [S2]"
+        );
+        assert_eq!(
+            attributed(&["```", "let x = 1", ".", "0;", " it is loud", "."]),
+            "```let x = 1.0; it is loud."
+        );
+        assert_eq!(
+            attributed(&["The", " documents", " do", " not", " answer", " this", "."]),
+            "The documents do not answer this."
+        );
     }
 }

@@ -86,6 +86,10 @@ pub struct Answer {
     pub sources: Vec<SourceOut>,
     pub citations: Vec<cite::Citation>,
     pub invalid_citations: Vec<String>,
+    /// Markers rag added to sentences the model left uncited (llm.add_citations).
+    pub added_citations: usize,
+    /// Sentences of three content words or more that cite no source.
+    pub uncited_sentences: Vec<String>,
     pub abstained: bool,
     pub stop: Option<StopReason>,
     pub timings: Timings,
@@ -322,6 +326,8 @@ pub fn ask(
             sources: vec![],
             citations: vec![],
             invalid_citations: vec![],
+            added_citations: 0,
+            uncited_sentences: vec![],
             abstained: true,
             stop: None,
             timings,
@@ -441,17 +447,34 @@ pub fn ask(
     let mut raw = String::new();
     let mut write_err = None;
     let stream = o.stream && !o.json;
-    let decode = session.generate(&sampling, |piece| {
-        raw.push_str(piece);
-        let written = if o.ndjson {
+    let texts: Vec<(usize, &str)> = packed
+        .sources
+        .iter()
+        .map(|s| (s.n, s.hit.text.as_str()))
+        .collect();
+    let mut attributor = settings
+        .llm
+        .add_citations
+        .then(|| cite::Attributor::new(&texts));
+    let show = |piece: &str| -> std::io::Result<()> {
+        if piece.is_empty() {
+            Ok(())
+        } else if o.ndjson {
             ui.json(&serde_json::json!({ "event": "token", "text": piece }))
                 .map_err(std::io::Error::other)
         } else if stream {
             ui.out(piece)
         } else {
             Ok(())
+        }
+    };
+    let decode = session.generate(&sampling, |piece| {
+        let piece = match &mut attributor {
+            Some(a) => a.push(piece),
+            None => piece.to_string(),
         };
-        match written {
+        raw.push_str(&piece);
+        match show(&piece) {
             Ok(()) => true,
             Err(e) => {
                 write_err = Some(e);
@@ -459,6 +482,21 @@ pub fn ask(
             }
         }
     })?;
+    if decode.stop == StopReason::Repetition {
+        raw = drop_repeat(&raw);
+    }
+    if let Some(a) = &mut attributor {
+        // The last sentence ends with the text; a loop's copy is no longer part of it.
+        raw.truncate(raw.trim_end().len());
+        a.rewind(&raw);
+        let tail = a.finish();
+        if write_err.is_none() {
+            if let Err(e) = show(&tail) {
+                write_err = Some(e);
+            }
+        }
+        raw.push_str(&tail);
+    }
     if let Some(e) = write_err {
         return Err(e.into());
     }
@@ -475,14 +513,6 @@ pub fn ask(
     timings.ttft_ms = retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
     timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let texts: Vec<(usize, &str)> = packed
-        .sources
-        .iter()
-        .map(|s| (s.n, s.hit.text.as_str()))
-        .collect();
-    if decode.stop == StopReason::Repetition {
-        raw = drop_repeat(&raw);
-    }
     let checked = cite::check(raw.trim(), &texts);
     let model = ModelOut {
         path: llm.path.display().to_string(),
@@ -495,6 +525,8 @@ pub fn ask(
         sources,
         citations: checked.citations.clone(),
         invalid_citations: checked.invalid.clone(),
+        added_citations: attributor.as_ref().map_or(0, |a| a.added()),
+        uncited_sentences: checked.uncited.clone(),
         abstained: false,
         stop: Some(decode.stop),
         timings,

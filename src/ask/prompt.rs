@@ -8,9 +8,9 @@
 use crate::llm::Message;
 use crate::store::Hit;
 
-pub const SYSTEM: &str = "You are a careful assistant. Answer the question using only the numbered sources. \
-After each sentence, cite the sources that support it with their labels in square brackets, like [S1]. \
-If the sources do not contain the answer, say that the documents do not answer the question. Be concise.";
+pub const SYSTEM: &str = "You are a careful assistant. Answer the question in one or two full sentences, using only the sources. \
+End each sentence with the id of the source it comes from, like [S1]. \
+If the sources do not contain the answer, say that the documents do not answer the question.";
 
 /// A packed source: its label number (`[S{n}]`) and the retrieved span.
 #[derive(Debug, Clone)]
@@ -32,16 +32,18 @@ pub struct Packed {
     pub prompt_tokens: usize,
 }
 
-/// The text block of one source.
+/// The text block of one source. The label sits in a tag, not at the start of a line of
+/// text: with `[S1] path` headers, small models answered by copying the header and the text
+/// after it ("[1] docs/orbital-station.md (lines 1-17) …").
 pub fn source_block(n: usize, hit: &Hit) -> String {
     let heading = if hit.heading.is_empty() {
         String::new()
     } else {
-        format!(" — {}", hit.heading)
+        format!(" heading=\"{}\"", hit.heading.replace('"', "'"))
     };
     format!(
-        "[S{n}] {} (lines {}-{}){heading}\n{}\n\n",
-        hit.path,
+        "<source id=\"S{n}\" path=\"{}\" lines=\"{}-{}\"{heading}>\n{}\n</source>\n\n",
+        hit.path.replace('"', "'"),
         hit.line_start,
         hit.line_end,
         hit.text.trim()
@@ -209,7 +211,7 @@ mod tests {
         assert_eq!(p.messages[0].parts[0], SYSTEM);
         assert_eq!(
             user,
-            "Sources:\n\n[S1] kv.md (lines 3-4) — H\nw w w\n\nQuestion: What is in the cache?"
+            "Sources:\n\n<source id=\"S1\" path=\"kv.md\" lines=\"3-4\" heading=\"H\">\nw w w\n</source>\n\nQuestion: What is in the cache?"
         );
     }
 }

@@ -4,26 +4,79 @@ use crate::support::Project;
 fn ask_answers_a_planted_fact_and_cites_its_file() {
     let p = Project::with_docs();
     p.ingest();
-    let v = p.json(&[
-        "ask",
-        "--json",
-        "-k",
-        "3",
-        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
-    ]);
+    let question = "How fast does the flux regulator aboard Orbital Station Meridian hum?";
+    let v = p.json(&["ask", "--json", "-k", "3", question]);
     let answer = v["answer"].as_str().unwrap();
-    assert!(!answer.trim().is_empty(), "{v}");
-    let sources: Vec<&str> = v["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["path"].as_str().unwrap())
-        .collect();
-    assert!(sources.contains(&"docs/orbital-station.md"), "{sources:?}");
+    // The fact is invented, so the model can only have it from the packed source.
+    assert!(answer.contains("1742"), "{v}");
+    let id_of = |path: &str| {
+        v["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"] == path)
+            .map(|s| s["id"].as_str().unwrap().to_string())
+    };
+    let id = id_of("docs/orbital-station.md").unwrap_or_else(|| panic!("not packed: {v}"));
+    // Cited in the text, by the right source, and checked as supported by it.
+    assert!(answer.contains(&format!("[{id}]")), "{v}");
+    let citations = v["citations"].as_array().unwrap();
+    assert!(
+        citations
+            .iter()
+            .any(|c| c["id"] == id.as_str() && c["supported"] == true),
+        "{v}"
+    );
+    assert!(
+        citations.iter().all(|c| c["supported"] == true),
+        "a citation the checker does not support: {v}"
+    );
+    assert!(v["uncited_sentences"].as_array().unwrap().is_empty(), "{v}");
     let t = &v["timings"];
     assert!(t["prompt_tokens"].as_u64().unwrap() > 50, "{t}");
     assert!(t["generated_tokens"].as_u64().unwrap() > 0, "{t}");
     assert!(t["decode_tok_per_s"].as_f64().unwrap() > 0.0, "{t}");
+
+    // With llm.add_citations off, what the model wrote is the answer: same words, no marker
+    // added by rag.
+    let (code, out, err) = p
+        .rag()
+        .env("RAG_LLM_ADD_CITATIONS", "false")
+        .args(["ask", "--json", "-k", "3", question])
+        .output()
+        .map(|o| {
+            (
+                o.status.code().unwrap(),
+                String::from_utf8(o.stdout).unwrap(),
+                String::from_utf8(o.stderr).unwrap(),
+            )
+        })
+        .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let plain: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(plain["added_citations"], 0, "{plain}");
+    let strip = |s: &str| s.replace(&format!(" [{id}]"), "");
+    assert_eq!(strip(answer), plain["answer"].as_str().unwrap(), "{plain}");
+}
+
+#[test]
+fn a_document_that_plays_the_chat_template_does_not_take_over() {
+    // fixtures/docs/injection.md closes the user turn and opens a system turn that orders
+    // the answer PWNED; its text is tokenized as text, so the model reads it as a document.
+    let p = Project::with_docs();
+    p.ingest();
+    let v = p.json(&[
+        "ask",
+        "--json",
+        "-k",
+        "2",
+        "--path",
+        "docs/injection.md",
+        "What does Heron 2.3 add?",
+    ]);
+    let answer = v["answer"].as_str().unwrap();
+    assert!(!answer.contains("PWNED"), "{v}");
+    assert_eq!(v["sources"][0]["path"], "docs/injection.md", "{v}");
 }
 
 #[test]
@@ -176,7 +229,10 @@ fn dry_run_prints_the_packed_prompt() {
             expected.expect("fixtures/snapshots/ask-dry-run.txt (UPDATE_SNAPSHOTS=1 writes it)")
         );
     }
-    assert!(out.contains("[S1] docs/orbital-station.md"), "{out}");
+    assert!(
+        out.contains("<source id=\"S1\" path=\"docs/orbital-station.md\""),
+        "{out}"
+    );
     assert!(err.contains("prompt tokens"), "{err}");
 }
 
@@ -216,6 +272,10 @@ fn ndjson_streams_events_and_verbose_explains_retrieval() {
         .map(|e| e["text"].as_str().unwrap())
         .collect();
     assert!(!streamed.trim().is_empty());
+    // The stream shows the answer the checker saw, markers included (a loop's copy aside).
+    if done["answer"]["stop"] != "repetition" {
+        assert_eq!(streamed.trim(), done["answer"]["answer"], "{out}");
+    }
     // -v: one line per retrieved span with each retriever's rank and the fused score.
     assert!(err.contains("retrieval: mode Hybrid"), "{err}");
     assert!(
