@@ -10,7 +10,10 @@
 #              threads and lengths; time to first token of a repeated ask with and without
 #              the prompt cache.
 #
-# BENCH=ingest, BENCH=llm or BENCH=search runs one part. Nothing here is committed or needed by tests.
+#   cite     : citations on fixtures/questions.yaml (scripts/bench_cite.py), with rag's added
+#              markers and without, per generator.
+#
+# BENCH=ingest, BENCH=llm, BENCH=search or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -228,6 +231,28 @@ PY
   s_syn_text=$(median_ms "$syn" "$rag" -q search --json -k 5 --mode text "cache token prefill latency")
   rows+=("| rag search, corpus/ (190 chunks) | hybrid $s_corpus ms · text only $s_text ms (median of 20 warm runs, whole command) |")
   rows+=("| rag search, 100,000 synthetic chunks | hybrid $s_syn ms · text only $s_syn_text ms (median of 20 warm runs, whole command) |")
+fi
+
+if [ "$what" = all ] || [ "$what" = cite ]; then
+  # --- citations on fixtures/questions.yaml: rag's markers against the model's own --------
+  proj=$bench/cite
+  rm -rf "$proj"; mkdir -p "$proj"; cp -r "$root/corpus" "$proj/"
+  sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
+  (cd "$proj" && "$rag" -q ingest corpus >/dev/null)
+  models=(small)
+  [ -f "$root/models/Qwen2.5-Coder-0.5B-Instruct.gguf" ] && models+=(large)
+  for m in "${models[@]}"; do
+    for add in true false; do
+      say "citations: --model $m, llm.add_citations = $add"
+      (cd "$proj" && RAG_LLM_ADD_CITATIONS=$add python3 "$root/scripts/bench_cite.py" "$rag" \
+        "$root/fixtures/questions.yaml" --model "$m" 2>"$bench/cite-$m-$add.log" >"$bench/cite-$m-$add.json")
+      read -r right cites rightc uncited < <(python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1]))
+print(v["answers_citing_the_right_file_supported"], v["citations"], v["citations_naming_the_right_file"], v["uncited_sentences"])' "$bench/cite-$m-$add.json")
+      rows+=("| citations, $m model, add_citations=$add (16 questions) | $right answers cite the answering file, supported · $rightc of $cites citations name it · $uncited uncited sentences |")
+    done
+  done
 fi
 
 echo "| measure | result |"

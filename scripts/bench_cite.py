@@ -44,6 +44,7 @@ def main():
             "right_answer_cited": any(path.get(c["id"]) == want and c["supported"] for c in cites),
             "added": v.get("added_citations", 0),
             "uncited": len(v.get("uncited_sentences", [])),
+            "stop": v.get("stop"),
         })
         print(f"{'A' if v['abstained'] else ' '} {len(cites)} cites "
               f"{rows[-1]['supported']} supported {rows[-1]['right_file']} right file | "
@@ -60,6 +61,8 @@ def main():
         "citations_naming_the_right_file": sum(r["right_file"] for r in rows),
         "citations_added_by_rag": sum(r["added"] for r in rows),
         "uncited_sentences": sum(r["uncited"] for r in rows),
+        # How generation ended: end_of_text, or a loop cut (repetition) or max_tokens.
+        "stops": {s: sum(str(r["stop"]) == s for r in rows) for s in sorted({str(r["stop"]) for r in rows})},
     }
     print(json.dumps(summary))
 

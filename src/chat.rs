@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
-use crate::ask::cite;
 use crate::ask::prompt::{self, Turn};
+use crate::ask::stream::{drop_repeat, AnswerStream};
 use crate::ask::{should_abstain, stats_line, window, Query, Retriever, Timings, ABSTAIN_TEXT};
 use crate::config::Settings;
 use crate::llm::{Llm, StopReason};
@@ -125,14 +125,10 @@ pub fn run(
             .iter()
             .map(|s| (s.n, s.hit.text.as_str()))
             .collect();
-        let mut attributor = settings
-            .llm
-            .add_citations
-            .then(|| cite::Attributor::new(&texts));
+        let mut stream = AnswerStream::new(&texts, settings.llm.add_citations);
         let decode = session.generate(&sampling, |piece| {
-            let piece = match &mut attributor {
-                Some(a) => a.push(piece),
-                None => piece.to_string(),
+            let Some(piece) = stream.push(piece) else {
+                return false;
             };
             answer.push_str(&piece);
             if let Err(e) = ui.out(&piece) {
@@ -144,15 +140,18 @@ pub fn run(
         if let Some(e) = write_err {
             return Err(e.into());
         }
-        if let Some(a) = attributor
-            .as_mut()
-            .filter(|_| decode.stop != StopReason::Cancelled)
-        {
-            let tail = a.finish();
-            ui.out(&tail)?;
-            answer.push_str(&tail);
+        let cut = decode.stop == StopReason::Repetition;
+        if cut {
+            // The stream showed the copy; the history keeps the answer without it.
+            answer = drop_repeat(&answer);
         }
-        if decode.stop == StopReason::Cancelled {
+        let cancelled = decode.stop == StopReason::Cancelled && !stream.looped();
+        if !cancelled {
+            let rest = stream.finish(&answer, cut);
+            ui.out(&rest)?;
+            answer.push_str(&rest);
+        }
+        if cancelled {
             ui.outln(" [stopped]")?;
         } else {
             ui.outln("")?;

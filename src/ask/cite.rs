@@ -148,7 +148,7 @@ fn stem(w: &str) -> String {
 
 /// Markers in `text`: (byte range of the whole bracket, numbers inside). Accepts `[S1]`,
 /// `[S1, S2]` and `[S1][S2]`.
-fn markers(text: &str) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
+pub(crate) fn markers(text: &str) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
     let mut i = 0;
@@ -177,16 +177,23 @@ fn markers(text: &str) -> Vec<(std::ops::Range<usize>, Vec<usize>)> {
     out
 }
 
-/// Sentence spans: split after `.`, `!`, `?` or a newline, keeping citation markers that
+/// Sentence spans: split after a full stop (`.`, `!`, `?` before whitespace) or a newline, keeping citation markers that
 /// follow the punctuation ("… decode. [S2]") with their sentence.
-fn sentences(text: &str) -> Vec<std::ops::Range<usize>> {
+pub(crate) fn sentences(text: &str) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let mut i = 0;
     while i < chars.len() {
         let (at, c) = chars[i];
-        if matches!(c, '.' | '!' | '?' | '\n') {
+        // A full stop ends a sentence only before whitespace, a marker or the end: not in
+        // "2.5", "llama.cpp" or "e.g".
+        let next = chars.get(i + 1).map(|&(_, n)| n);
+        let full_stop = matches!(c, '.' | '!' | '?')
+            && next.is_none_or(|n| {
+                n.is_whitespace() || n == '[' || matches!(n, '.' | '!' | '?' | '"' | ')')
+            });
+        if full_stop || c == '\n' {
             let mut end = at + c.len_utf8();
             // Absorb following spaces and markers.
             let rest = &text[end..];
@@ -314,22 +321,25 @@ impl Attributor {
         }
     }
 
-    /// What to show for the next streamed `piece`: the piece, after a marker when the piece
-    /// ends a sentence that has none. Trailing whitespace is held back until more text comes.
+    /// What to show for the next streamed `piece`. Trailing full stops and whitespace are
+    /// held back until the next piece shows whether a sentence ended there ("hertz." then
+    /// " Engineers") or not ("llama." then "cpp"); a marker then goes in before them.
     pub fn push(&mut self, piece: &str) -> String {
+        self.mark(Some(piece));
         let mut out = std::mem::take(&mut self.pending);
-        out.push_str(&self.marker(Some(piece)));
         out.push_str(piece);
         self.written.push_str(piece);
-        let shown = out.trim_end().len();
-        self.pending = out.split_off(shown);
+        let body = out.trim_end_matches(is_stop_or_space).len();
+        self.pending = out.split_off(body);
         out
     }
 
-    /// Cuts the answer so far back to `text`, a prefix of it (a loop's copy was dropped).
+    /// Cuts the answer so far back to `text`, a prefix of what was shown (a loop's copy was
+    /// dropped from it).
     pub fn rewind(&mut self, text: &str) {
         debug_assert!(self.written.starts_with(text));
         self.written = text.to_string();
+        self.pending.clear();
         self.added.retain(|&end| end <= text.len());
     }
 
@@ -338,19 +348,24 @@ impl Attributor {
         self.added.len()
     }
 
-    /// A marker for the last sentence, when the answer ends without one; trailing whitespace
-    /// is dropped.
+    /// The rest of the answer when it is over: a marker for its last sentence if that has
+    /// none, and the held full stop; trailing whitespace is dropped.
     pub fn finish(&mut self) -> String {
+        self.mark(None);
+        let out = self.pending.trim_end().to_string();
         self.pending.clear();
         self.written.truncate(self.written.trim_end().len());
-        self.marker(None)
+        out
     }
 
-    fn marker(&mut self, next: Option<&str>) -> String {
-        let Some(space) = cite_point(&self.written, next) else {
-            return String::new();
+    /// Puts a marker into the held text when `next` (`None`: end of text) shows that the
+    /// sentence before it ended without one.
+    fn mark(&mut self, next: Option<&str>) {
+        let Some(at) = cite_point(&self.written, next) else {
+            return;
         };
-        let open = &self.written[sentences(&self.written).last().map_or(0, |r| r.start)..];
+        let body = &self.written[..at];
+        let open = &body[sentences(body).last().map_or(0, |r| r.start)..];
         let words = content_words(open);
         let mut best: Option<(usize, f32)> = None;
         for (n, vocab) in &self.sources {
@@ -360,13 +375,19 @@ impl Attributor {
             }
         }
         let Some((n, _)) = best else {
-            return String::new();
+            return;
         };
-        let m = format!("{}[S{n}]", if space { " " } else { "" });
-        self.written.push_str(&m);
-        self.added.push(self.written.len());
-        m
+        let m = format!(" [S{n}]");
+        // `at` is where the held text starts: the marker goes in front of it.
+        debug_assert_eq!(at, self.written.len() - self.pending.len());
+        self.written.insert_str(at, &m);
+        self.pending.insert_str(0, &m);
+        self.added.push(at + m.len());
     }
+}
+
+fn is_stop_or_space(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '.' | '!' | '?')
 }
 
 /// Share of `words` found in `vocab` (0 when there are no words).
@@ -378,16 +399,32 @@ fn overlap(words: &[String], vocab: &HashSet<String>) -> f32 {
     }
 }
 
-/// Whether the token text `next` (`None`: end of text) ends a sentence of `written` that needs
-/// a marker; `Some(true)` when the marker needs a leading space.
-fn cite_point(written: &str, next: Option<&str>) -> Option<bool> {
+/// Where a marker goes in `written`, when the token text `next` (`None`: end of text) shows
+/// that its last sentence or line ended there without one: after its last word, before the
+/// full stop and whitespace that follow it.
+fn cite_point(written: &str, next: Option<&str>) -> Option<usize> {
     // Inside a fenced code block nothing is a sentence.
     if written.matches("```").count() % 2 == 1 {
         return None;
     }
-    let space = !written.is_empty() && !written.ends_with(char::is_whitespace);
-    // The sentence being written, or the one that just ended with its punctuation.
-    let open = &written[sentences(written).last().map_or(0, |r| r.start)..];
+    let body = written.trim_end_matches(is_stop_or_space);
+    let tail = &written[body.len()..];
+    let stop = tail.contains(['.', '!', '?']);
+    let ended = match next {
+        None => true,
+        // A full stop followed by whitespace ends a sentence ("1742." then " Engineers").
+        Some(t) if stop => {
+            tail.trim_start_matches(['.', '!', '?'])
+                .starts_with(char::is_whitespace)
+                || t.starts_with(char::is_whitespace)
+        }
+        // A line ends without one (a list item).
+        Some(t) => tail.contains('\n') || t.starts_with('\n'),
+    };
+    if !ended || body.is_empty() {
+        return None;
+    }
+    let open = &body[sentences(body).last().map_or(0, |r| r.start)..];
     // Mid-answer, fragments of one or two words ("Answer:", "1.") are no claims; a short
     // answer that ends the text ("1742 hertz") is.
     let min_words = if next.is_none() && markers(written).is_empty() {
@@ -395,33 +432,21 @@ fn cite_point(written: &str, next: Option<&str>) -> Option<bool> {
     } else {
         3
     };
-    if open.ends_with('\n')
-        || !markers(open).is_empty()
+    let word = open.split_whitespace().last().unwrap_or("");
+    let abbreviation = stop
+        && (word.chars().count() == 1
+            || word.contains('.')
+            || ["etc", "vs", "approx", "Mr", "Mrs", "Dr", "St"].contains(&word));
+    if !markers(open).is_empty()
         || open.split_whitespace().count() < min_words
         || is_abstention(open)
+        || abbreviation
+        // A lead-in to a list.
+        || (!stop && body.ends_with(':'))
     {
         return None;
     }
-    let last = written.chars().last()?;
-    let ends = |c: char| matches!(c, '.' | '!' | '?');
-    match next {
-        // Before the full stop, unless it may be a decimal point or an abbreviation's.
-        Some(t) if t.starts_with(ends) => {
-            let word = open.split_whitespace().last().unwrap_or("");
-            let abbreviation = word.chars().count() == 1
-                || word.contains('.')
-                || ["etc", "vs", "approx", "Mr", "Mrs", "Dr", "St"].contains(&word);
-            (!last.is_ascii_digit() && !last.is_whitespace() && !abbreviation).then_some(space)
-        }
-        // After a full stop that was let through (a number's), once the sentence is over.
-        None | Some(_) if ends(last) && next.is_none_or(|t| t.starts_with(char::is_whitespace)) => {
-            Some(true)
-        }
-        // A line that ends without a full stop (a list item), but not a lead-in to a list.
-        None => (last != ':').then_some(space),
-        Some(t) if t.starts_with('\n') => (last != ':').then_some(space),
-        _ => None,
-    }
+    Some(body.len())
 }
 
 /// The sentence says the documents hold no answer (the prompt asks for those words).
@@ -483,7 +508,8 @@ mod tests {
             a.push("The cache stores 12 vectors"),
             "The cache stores 12 vectors"
         );
-        assert_eq!(a.push("."), ".");
+        assert_eq!(a.push("."), "");
+        assert_eq!(a.finish(), ".");
     }
 
     #[test]
@@ -507,10 +533,16 @@ mod tests {
 
     fn attributed(steps: &[&str]) -> String {
         // Replays a stream: each step is one piece; the end of the list ends the text.
-        let mut a = Attributor::new(&[(1, S1), (2, "The regulator hums at 1742 hertz. It is loud. Do the thing. Version 2.5 is out now.")]);
+        let mut a = Attributor::new(&[
+            (1, S1),
+            (
+                2,
+                "The regulator hums at 1742 hertz. It is loud. Do the thing. Version 2.5 is out now. llama.cpp runs it.",
+            ),
+        ]);
         let mut out: String = steps.iter().map(|t| a.push(t)).collect();
         out.push_str(&a.finish());
-        assert_eq!(a.written.trim_end(), out.trim_end());
+        assert_eq!(a.written, out);
         out
     }
 
@@ -541,6 +573,11 @@ mod tests {
             ]),
             "Tomatoes like the moon. It is loud [S1]."
         );
+        // A full stop and newline in one token (Qwen's ".\n\n").
+        assert_eq!(
+            attributed(&["It", " is", " loud", ".\n\n", "Tomatoes", " like", " moon"]),
+            "It is loud [S2].\n\nTomatoes like moon"
+        );
     }
 
     #[test]
@@ -549,14 +586,18 @@ mod tests {
             attributed(&["Version", " 2", ".", "5", " is", " out", " now", " ok"]),
             "Version 2.5 is out now ok [S2]"
         );
-        // A full stop after a number: the marker follows it.
+        // A number before the full stop.
         assert_eq!(
             attributed(&["The", " regulator", " hums", " at", " 1742", ".", " Next"]),
-            "The regulator hums at 1742. [S2] Next"
+            "The regulator hums at 1742 [S2]. Next"
         );
         assert_eq!(
             attributed(&["Loud", " e", ".", "g", ".", " often"]),
             "Loud e.g. often"
+        );
+        assert_eq!(
+            attributed(&["It", " runs", " in", " llama", ".", "cpp", " now", "."]),
+            "It runs in llama.cpp now [S2]."
         );
         // A short answer is cited at the end of the text, before trailing whitespace.
         assert_eq!(attributed(&["1742", " hertz"]), "1742 hertz [S2]");

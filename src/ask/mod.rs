@@ -5,6 +5,7 @@
 pub mod cite;
 pub mod prompt;
 pub mod route;
+pub mod stream;
 
 use std::time::Instant;
 
@@ -446,32 +447,28 @@ pub fn ask(
     let sampling = settings.sampling();
     let mut raw = String::new();
     let mut write_err = None;
-    let stream = o.stream && !o.json;
+    let live = o.stream && !o.json;
     let texts: Vec<(usize, &str)> = packed
         .sources
         .iter()
         .map(|s| (s.n, s.hit.text.as_str()))
         .collect();
-    let mut attributor = settings
-        .llm
-        .add_citations
-        .then(|| cite::Attributor::new(&texts));
+    let mut answer = stream::AnswerStream::new(&texts, settings.llm.add_citations);
     let show = |piece: &str| -> std::io::Result<()> {
         if piece.is_empty() {
             Ok(())
         } else if o.ndjson {
             ui.json(&serde_json::json!({ "event": "token", "text": piece }))
                 .map_err(std::io::Error::other)
-        } else if stream {
+        } else if live {
             ui.out(piece)
         } else {
             Ok(())
         }
     };
-    let decode = session.generate(&sampling, |piece| {
-        let piece = match &mut attributor {
-            Some(a) => a.push(piece),
-            None => piece.to_string(),
+    let mut decode = session.generate(&sampling, |piece| {
+        let Some(piece) = answer.push(piece) else {
+            return false;
         };
         raw.push_str(&piece);
         match show(&piece) {
@@ -482,21 +479,20 @@ pub fn ask(
             }
         }
     })?;
-    if decode.stop == StopReason::Repetition {
-        raw = drop_repeat(&raw);
+    let cut = decode.stop == StopReason::Repetition;
+    if cut {
+        raw = stream::drop_repeat(&raw);
     }
-    if let Some(a) = &mut attributor {
-        // The last sentence ends with the text; a loop's copy is no longer part of it.
-        raw.truncate(raw.trim_end().len());
-        a.rewind(&raw);
-        let tail = a.finish();
-        if write_err.is_none() {
-            if let Err(e) = show(&tail) {
-                write_err = Some(e);
-            }
+    if answer.looped() {
+        decode.stop = StopReason::Repetition;
+    }
+    let rest = answer.finish(&raw, cut);
+    if write_err.is_none() {
+        if let Err(e) = show(&rest) {
+            write_err = Some(e);
         }
-        raw.push_str(&tail);
     }
+    raw.push_str(&rest);
     if let Some(e) = write_err {
         return Err(e.into());
     }
@@ -525,7 +521,7 @@ pub fn ask(
         sources,
         citations: checked.citations.clone(),
         invalid_citations: checked.invalid.clone(),
-        added_citations: attributor.as_ref().map_or(0, |a| a.added()),
+        added_citations: answer.added_citations(),
         uncited_sentences: checked.uncited.clone(),
         abstained: false,
         stop: Some(decode.stop),
@@ -543,7 +539,7 @@ pub fn ask(
     } else if o.ndjson {
         ui.json(&serde_json::json!({ "event": "done", "answer": result }))?;
     } else {
-        if stream {
+        if live {
             ui.outln("")?;
         } else {
             ui.outln(&result.answer)?;
@@ -576,34 +572,6 @@ pub fn ask(
     Ok(Exit::Success)
 }
 
-/// `text` without its last copy of a stretch written twice at its end, with at most a few
-/// whitespace characters between the copies (a generation loop).
-fn drop_repeat(text: &str) -> String {
-    let t = text.trim_end();
-    let n = t.len();
-    // The earliest start gives the longest doubled stretch: the whole loop.
-    for (start, _) in t.char_indices() {
-        for gap in 0..=4 {
-            let Some(twice) = (n - start).checked_sub(gap) else {
-                break;
-            };
-            if twice == 0 || twice % 2 == 1 {
-                continue;
-            }
-            let half = twice / 2;
-            let (a_end, b_start) = (start + half, n - half);
-            if t.is_char_boundary(a_end)
-                && t.is_char_boundary(b_start)
-                && t[start..a_end] == t[b_start..]
-                && t[a_end..b_start].chars().all(char::is_whitespace)
-            {
-                return t[..a_end].to_string();
-            }
-        }
-    }
-    t.to_string()
-}
-
 fn rate(tokens: usize, ms: f64) -> f64 {
     if ms > 0.0 {
         tokens as f64 * 1e3 / ms
@@ -630,23 +598,4 @@ pub fn stats_line(t: &Timings) -> String {
         t.generated_tokens,
         k(t.decode_tok_per_s)
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::drop_repeat;
-
-    #[test]
-    fn a_doubled_tail_loses_its_copy() {
-        assert_eq!(
-            drop_repeat("Intro. The cache stores keys. The cache stores keys. "),
-            "Intro. The cache stores keys."
-        );
-        assert_eq!(drop_repeat("no loop here"), "no loop here");
-        assert_eq!(drop_repeat("é€é€"), "é€");
-        assert_eq!(
-            drop_repeat("Answer:\n\nKV stores keys.\n\nAnswer:\n\nKV stores keys."),
-            "Answer:\n\nKV stores keys."
-        );
-    }
 }

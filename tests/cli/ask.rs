@@ -1,4 +1,4 @@
-use crate::support::Project;
+use crate::support::{copy_dir, repo, Project};
 
 #[test]
 fn ask_answers_a_planted_fact_and_cites_its_file() {
@@ -282,4 +282,57 @@ fn ndjson_streams_events_and_verbose_explains_retrieval() {
         err.contains("docs/orbital-station.md") && err.contains("fused"),
         "{err}"
     );
+}
+
+/// Lowercase words of a sentence without citation markers and list numbers.
+fn sentence_words(s: &str) -> Vec<String> {
+    let mut w: Vec<String> = s
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| {
+            !(w.starts_with('s') && w.len() > 1 && w[1..].bytes().all(|b| b.is_ascii_digit()))
+        })
+        .collect();
+    while w
+        .first()
+        .is_some_and(|x| x.bytes().all(|b| b.is_ascii_digit()))
+    {
+        w.remove(0);
+    }
+    w
+}
+
+#[test]
+fn a_looping_answer_never_shows_a_sentence_twice() {
+    // SmolLM2-135M repeats its answer sentence on these questions at temperature 0; the stream
+    // must end the answer instead of showing the copy, and show exactly the checked answer.
+    let p = Project::empty();
+    copy_dir(&repo().join("corpus"), &p.path().join("corpus"));
+    p.json(&["ingest", "--json", "corpus"]);
+    for q in [
+        "What does the KV cache store?",
+        "What is continuous batching?",
+    ] {
+        let (code, out, err) = p.run(&["ask", "--ndjson", "--no-cache", q]);
+        assert_eq!(code, 0, "{err}");
+        let events: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let streamed: String = events
+            .iter()
+            .filter(|e| e["event"] == "token")
+            .map(|e| e["text"].as_str().unwrap())
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for s in streamed.split(['.', '!', '?', '\n']) {
+            let w = sentence_words(s);
+            if w.len() >= 3 {
+                assert!(seen.insert(w), "shown twice: {s:?} in {streamed:?}");
+            }
+        }
+        let done = &events.last().unwrap()["answer"];
+        assert_eq!(streamed.trim(), done["answer"], "{out}");
+    }
 }

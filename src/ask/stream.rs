@@ -1,0 +1,355 @@
+//! What happens to the model's text between llama.cpp and the terminal, pure: a sentence that
+//! starts saying again what an earlier one said is held back and ends the answer, and
+//! sentences the model left uncited get a marker (see [`cite::Attributor`]).
+//!
+//! Why a sentence-level guard on top of llama.cpp-side loop detection (`llm::repeating_tail`):
+//! SmolLM2-135M at temperature 0 repeats its answer sentence with a different separator or a
+//! list number in front ("1. The crew …", "2. The crew …"), which no exact token repeat
+//! catches, and the stream would show every copy.
+
+use super::cite::{self, sentences};
+
+/// A repeat is declared once this many words of an earlier sentence came again (or all of
+/// it, when it is shorter but has at least [`MIN_REPEAT_WORDS`]).
+const REPEAT_WORDS: usize = 8;
+const MIN_REPEAT_WORDS: usize = 3;
+
+/// Lowercase words of a sentence, without list numbering and citation markers; the second
+/// value says whether the last word may still grow (the text ends inside it).
+fn words(sentence: &str) -> (Vec<String>, bool) {
+    let mut w: Vec<String> = sentence
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| {
+            let marker =
+                w.len() > 1 && w.starts_with('s') && w[1..].bytes().all(|b| b.is_ascii_digit());
+            !marker
+        })
+        .collect();
+    // "1. The crew…" and "2. The crew…" say the same thing.
+    while w
+        .first()
+        .is_some_and(|x| x.bytes().all(|b| b.is_ascii_digit()))
+    {
+        w.remove(0);
+    }
+    let open = sentence.chars().last().is_some_and(char::is_alphanumeric);
+    (w, open)
+}
+
+/// How the open sentence `now` relates to an earlier sentence `before`.
+#[derive(Debug, PartialEq)]
+enum Echo {
+    /// It diverged, or is too short to tell.
+    No,
+    /// So far it is the start of `before`.
+    Maybe,
+    /// It repeats `before`.
+    Yes,
+}
+
+fn echo(now: &(Vec<String>, bool), before: &[String]) -> Echo {
+    let (w, open) = now;
+    if w.is_empty() || before.len() < MIN_REPEAT_WORDS {
+        return Echo::No;
+    }
+    let complete = if *open { w.len() - 1 } else { w.len() };
+    // The first words of a sentence cannot tell yet: a copy may start with a new word.
+    if complete < 3 {
+        return Echo::Maybe;
+    }
+    // A copy may swap its first word or two ("Goodput is a measure …", then "It is a
+    // measure …"): compare from up to two words in on either side.
+    let mut best = Echo::No;
+    for skip in 0..=2.min(complete) {
+        for from in 0..=2.min(before.len() - 1) {
+            let have = &w[skip..complete];
+            let rest = &before[from..];
+            if have.is_empty() && !*open {
+                continue;
+            }
+            if have.len() > rest.len() || *have != rest[..have.len()] {
+                continue;
+            }
+            if *open
+                && !rest
+                    .get(have.len())
+                    .is_some_and(|b| b.starts_with(&w[complete]))
+            {
+                continue;
+            }
+            if have.len() >= REPEAT_WORDS.min(rest.len()).max(MIN_REPEAT_WORDS) {
+                return Echo::Yes;
+            }
+            // Held while it may turn out a copy: a few words of delay, never a shown copy.
+            best = Echo::Maybe;
+        }
+    }
+    best
+}
+
+/// Holds back a sentence while it may be a repeat of an earlier one.
+#[derive(Default)]
+pub struct LoopGuard {
+    text: String,
+    /// Bytes of `text` released.
+    shown: usize,
+}
+
+impl LoopGuard {
+    /// The text to release after `piece`; `None` when the answer has started to repeat
+    /// itself: generation should stop, and the held text is dropped.
+    pub fn push(&mut self, piece: &str) -> Option<String> {
+        self.text.push_str(piece);
+        let spans = sentences(&self.text);
+        let all: Vec<Vec<String>> = spans
+            .iter()
+            .map(|r| words(&self.text[r.clone()]).0)
+            .collect();
+        let mut upto = self.text.len();
+        for (i, span) in spans.iter().enumerate() {
+            if span.end <= self.shown {
+                continue;
+            }
+            let last = i + 1 == spans.len();
+            // Only the last sentence can still grow; an earlier one is over.
+            let now = if last {
+                words(&self.text[span.clone()])
+            } else {
+                (all[i].clone(), false)
+            };
+            let mut maybe = false;
+            for before in &all[..i] {
+                match echo(&now, before) {
+                    Echo::Yes => {
+                        self.text.truncate(self.shown);
+                        return None;
+                    }
+                    Echo::Maybe => maybe = true,
+                    Echo::No => {}
+                }
+            }
+            if maybe && last {
+                upto = span.start.max(self.shown);
+            }
+        }
+        let out = self.text[self.shown..upto].to_string();
+        self.shown = upto;
+        Some(out)
+    }
+
+    /// What is still held when generation ends on its own: it did not turn into a repeat.
+    pub fn finish(&mut self) -> String {
+        let out = self.text[self.shown..].to_string();
+        self.shown = self.text.len();
+        out
+    }
+}
+
+/// The model's pieces in, the pieces to show out: the loop guard, then citations.
+pub struct AnswerStream {
+    guard: LoopGuard,
+    cite: Option<cite::Attributor>,
+    looped: bool,
+}
+
+impl AnswerStream {
+    /// `sources`: label number and text of each packed source; `add_citations` turns the
+    /// attributor on.
+    pub fn new(sources: &[(usize, &str)], add_citations: bool) -> AnswerStream {
+        AnswerStream {
+            guard: LoopGuard::default(),
+            cite: add_citations.then(|| cite::Attributor::new(sources)),
+            looped: false,
+        }
+    }
+
+    /// The text to show after the model's `piece`; `None`: the answer repeats itself, stop.
+    pub fn push(&mut self, piece: &str) -> Option<String> {
+        let Some(text) = self.guard.push(piece) else {
+            self.looped = true;
+            return None;
+        };
+        Some(match &mut self.cite {
+            Some(a) => a.push(&text),
+            None => text,
+        })
+    }
+
+    /// The rest to show once generation is over. `cut`: llama.cpp-side loop detection
+    /// stopped it, and `shown` (everything shown so far) was cut back to before the copy.
+    pub fn finish(&mut self, shown: &str, cut: bool) -> String {
+        let held = if self.looped || cut {
+            String::new()
+        } else {
+            self.guard.finish()
+        };
+        let Some(a) = &mut self.cite else {
+            return held;
+        };
+        let mut rest = String::new();
+        if cut {
+            a.rewind(shown);
+        } else {
+            rest = a.push(&held);
+        }
+        rest.push_str(&a.finish());
+        rest
+    }
+
+    /// Whether the guard cut the answer at a repeated sentence.
+    pub fn looped(&self) -> bool {
+        self.looped
+    }
+
+    /// Markers rag added to the answer.
+    pub fn added_citations(&self) -> usize {
+        self.cite.as_ref().map_or(0, |a| a.added())
+    }
+}
+
+/// `text` without its last copy of a stretch written twice at its end, with at most a few
+/// whitespace characters between the copies (a loop llama.cpp-side detection cut).
+pub fn drop_repeat(text: &str) -> String {
+    let t = text.trim_end();
+    let n = t.len();
+    // The earliest start gives the longest doubled stretch: the whole loop.
+    for (start, _) in t.char_indices() {
+        for gap in 0..=4 {
+            let Some(twice) = (n - start).checked_sub(gap) else {
+                break;
+            };
+            if twice == 0 || twice % 2 == 1 {
+                continue;
+            }
+            let half = twice / 2;
+            let (a_end, b_start) = (start + half, n - half);
+            if t.is_char_boundary(a_end)
+                && t.is_char_boundary(b_start)
+                && t[start..a_end] == t[b_start..]
+                && t[a_end..b_start].chars().all(char::is_whitespace)
+            {
+                return t[..a_end].to_string();
+            }
+        }
+    }
+    t.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guarded(pieces: &[&str]) -> (String, bool) {
+        let mut g = LoopGuard::default();
+        let mut out = String::new();
+        for p in pieces {
+            match g.push(p) {
+                Some(t) => out.push_str(&t),
+                None => return (out, true),
+            }
+        }
+        out.push_str(&g.finish());
+        (out, false)
+    }
+
+    #[test]
+    fn a_repeated_sentence_ends_the_answer_and_is_never_shown() {
+        let s = "The cache stores the key and value vectors of every token. ";
+        let (out, looped) = guarded(&[
+            s,
+            "\n\n",
+            "The cache stores the key and",
+            " value vectors",
+            " of every",
+        ]);
+        assert!(looped);
+        assert_eq!(out, s.to_string() + "\n\n");
+        // Numbered copies are copies.
+        let (out, looped) = guarded(&[
+            "1. The crew of six rotates often.\n",
+            "2. The crew of six rotates often.\n",
+        ]);
+        assert!(looped);
+        assert_eq!(out, "1. The crew of six rotates often.\n");
+        // A copy with a new first word.
+        let (out, looped) = guarded(&[
+            "Goodput is a measure of how much a server can do in a single request. ",
+            "It is a measure of how much a server can",
+        ]);
+        assert!(looped);
+        assert_eq!(
+            out,
+            "Goodput is a measure of how much a server can do in a single request. "
+        );
+        let mut g = LoopGuard::default();
+        let mut out = String::new();
+        for p in [
+            "Goodput is a measure of load. ",
+            "It",
+            " is",
+            " a",
+            " measure",
+            " of",
+            " load",
+            ".",
+        ] {
+            match g.push(p) {
+                Some(t) => out.push_str(&t),
+                None => break,
+            }
+        }
+        assert_eq!(
+            out, "Goodput is a measure of load. ",
+            "no word of the copy is shown"
+        );
+    }
+
+    #[test]
+    fn a_sentence_that_only_starts_alike_is_released_in_full() {
+        let (out, looped) = guarded(&[
+            "The cache stores keys. ",
+            "The cache",
+            " grows with",
+            " context.",
+        ]);
+        assert!(!looped);
+        assert_eq!(out, "The cache stores keys. The cache grows with context.");
+        // Held while it may be a repeat, released at the end of the text.
+        let mut g = LoopGuard::default();
+        assert_eq!(g.push("It is loud. It is").as_deref(), Some("It is loud."));
+        assert_eq!(g.finish(), " It is");
+        // Short sentences may repeat ("Yes.").
+        assert_eq!(guarded(&["Yes. Yes."]), ("Yes. Yes.".to_string(), false));
+    }
+
+    #[test]
+    fn the_stream_cites_and_finishes_with_the_last_marker() {
+        let mut a = AnswerStream::new(&[(1, "The regulator hums at 1742 hertz.")], true);
+        let mut shown = String::new();
+        for p in ["The", " regulator", " hums", " at", " 1742", " hertz", "\n"] {
+            shown.push_str(&a.push(p).unwrap());
+        }
+        let rest = a.finish(&shown, false);
+        assert_eq!(
+            format!("{shown}{rest}"),
+            "The regulator hums at 1742 hertz [S1]"
+        );
+        assert_eq!(a.added_citations(), 1);
+    }
+
+    #[test]
+    fn a_doubled_tail_loses_its_copy() {
+        assert_eq!(
+            drop_repeat("Intro. The cache stores keys. The cache stores keys. "),
+            "Intro. The cache stores keys."
+        );
+        assert_eq!(drop_repeat("no loop here"), "no loop here");
+        assert_eq!(drop_repeat("é€é€"), "é€");
+        assert_eq!(
+            drop_repeat("Answer:\n\nKV stores keys.\n\nAnswer:\n\nKV stores keys."),
+            "Answer:\n\nKV stores keys."
+        );
+    }
+}
