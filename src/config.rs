@@ -95,7 +95,8 @@ pub struct LlmSettings {
     pub route: String,
     /// Context window in tokens: prompt + answer. 0 = the model's training context.
     pub n_ctx: u32,
-    /// Most prompt tokens per llama.cpp decode call.
+    /// Prompt tokens per llama.cpp decode call; prefill slices and cache reuse are aligned
+    /// to multiples of it (see `llm::Session::prefill`).
     pub n_batch: u32,
     /// Decode threads; 0 = physical cores.
     pub threads: usize,
@@ -178,7 +179,7 @@ impl Default for LlmSettings {
             large_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
             route: "small".into(),
             n_ctx: 2048,
-            n_batch: 512,
+            n_batch: 128,
             threads: 0,
             threads_batch: 0,
             max_tokens: 256,

@@ -331,8 +331,9 @@ impl Session<'_> {
     }
 
     /// Makes the KV cache hold exactly `prompt`, reusing the longest common prefix with what it
-    /// holds now and decoding the rest in slices of at most `n_batch` tokens (a larger batch
-    /// aborts llama.cpp). Only the last token asks for logits.
+    /// holds now (whole `n_batch` slices of it) and decoding the rest in slices of `n_batch`
+    /// tokens aligned to multiples of `n_batch` positions (a larger batch aborts llama.cpp).
+    /// Only the last token asks for logits.
     pub fn prefill(&mut self, prompt: &[LlamaToken]) -> Result<Prefill> {
         let start = Instant::now();
         if prompt.is_empty() {
@@ -351,8 +352,13 @@ impl Session<'_> {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        // The last prompt token is always decoded again: its logits start the answer.
-        let mut keep = common.min(prompt.len() - 1);
+        // The last prompt token is always decoded again: its logits start the answer. The
+        // kept prefix is cut back to a multiple of n_batch, and slices start at multiples of
+        // it, so every token's keys and values come from the same batch whether or not a
+        // cached prefix was reused: llama.cpp's kernels round differently for different batch
+        // shapes, and at temperature 0 that flipped a near-tie, so a cached ask printed a
+        // different answer than the same ask without the cache.
+        let mut keep = common.min(prompt.len() - 1) / self.n_batch * self.n_batch;
         let trimmed = self
             .ctx
             .clear_kv_cache_seq(Some(0), Some(keep as u32), None)

@@ -336,3 +336,34 @@ fn a_looping_answer_never_shows_a_sentence_twice() {
         assert_eq!(streamed.trim(), done["answer"], "{out}");
     }
 }
+
+#[test]
+fn the_prompt_cache_does_not_change_a_greedy_answer() {
+    // Reusing a cached prefix must give the bytes a fresh prefill gives: the same question
+    // again (1,090 of 1,091 tokens cached), and a new question over the same sources.
+    let p = Project::empty();
+    copy_dir(&repo().join("corpus"), &p.path().join("corpus"));
+    p.json(&["ingest", "--json", "corpus"]);
+    let answer = |args: &[&str]| {
+        let v = p.json(args);
+        (
+            v["answer"].as_str().unwrap().to_string(),
+            v["timings"]["cached_tokens"].as_u64().unwrap(),
+        )
+    };
+    let q1 = "What does the KV cache store?";
+    let (first, _) = answer(&["ask", "--json", q1]);
+    let (again, cached) = answer(&["ask", "--json", q1]);
+    let (fresh, none) = answer(&["ask", "--json", "--no-cache", q1]);
+    assert!(cached > 0 && none == 0, "{cached} {none}");
+    assert_eq!(first, again);
+    assert_eq!(first, fresh);
+    // All chunks of one file, so both questions pack the same sources.
+    let filter = ["-k", "10", "--path", "corpus/kv-cache.md"];
+    answer(&[&["ask", "--json"][..], &filter, &[q1]].concat());
+    let q2 = "How large does the KV cache get?";
+    let (cached_q2, cached) = answer(&[&["ask", "--json"][..], &filter, &[q2]].concat());
+    let (fresh_q2, _) = answer(&[&["ask", "--json", "--no-cache"][..], &filter, &[q2]].concat());
+    assert!(cached > 0, "no prefix reused");
+    assert_eq!(cached_q2, fresh_q2);
+}
