@@ -349,9 +349,13 @@ impl Attributor {
     }
 
     /// The rest of the answer when it is over: a marker for its last sentence if that has
-    /// none, and the held full stop; trailing whitespace is dropped.
-    pub fn finish(&mut self) -> String {
-        self.mark(None);
+    /// none (when the answer was `cut_short`, only if it is finished), and the held full stop;
+    /// trailing whitespace is dropped.
+    pub fn finish(&mut self, cut_short: bool) -> String {
+        // An answer cut short ends in an unfinished sentence: that one gets no marker.
+        if !cut_short || self.written.trim_end().ends_with(['.', '!', '?']) {
+            self.mark(None);
+        }
         let out = self.pending.trim_end().to_string();
         self.pending.clear();
         self.written.truncate(self.written.trim_end().len());
@@ -509,7 +513,7 @@ mod tests {
             "The cache stores 12 vectors"
         );
         assert_eq!(a.push("."), "");
-        assert_eq!(a.finish(), ".");
+        assert_eq!(a.finish(false), ".");
     }
 
     #[test]
@@ -541,7 +545,7 @@ mod tests {
             ),
         ]);
         let mut out: String = steps.iter().map(|t| a.push(t)).collect();
-        out.push_str(&a.finish());
+        out.push_str(&a.finish(false));
         assert_eq!(a.written, out);
         out
     }

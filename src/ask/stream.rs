@@ -89,6 +89,53 @@ fn echo(now: &(Vec<String>, bool), before: &[String]) -> Echo {
     best
 }
 
+/// Lowercase words of `s` with their byte offsets, citation markers left out.
+fn word_offsets(s: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in s.char_indices().chain(std::iter::once((s.len(), ' '))) {
+        match (c.is_alphanumeric(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(b)) => {
+                let w = s[b..i].to_lowercase();
+                let marker =
+                    w.len() > 1 && w.starts_with('s') && w[1..].bytes().all(|x| x.is_ascii_digit());
+                if !marker {
+                    out.push((b, w));
+                }
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `run` occurs as consecutive words in `pool`.
+fn occurs(run: &[String], pool: &[String]) -> bool {
+    run.len() <= pool.len() && pool.windows(run.len()).any(|w| w == run)
+}
+
+/// A stretch of [`REPEAT_WORDS`] words said before, anywhere in the sentence ("This is why
+/// the KV cache grows linearly with …" after "The KV cache grows linearly with …"): `Err`.
+/// Otherwise the word index from which the sentence's end repeats at least two earlier
+/// words, to hold back while it may grow into such a stretch.
+fn repeated_stretch(words: &[String], earlier: &[Vec<String>]) -> Result<Option<usize>, ()> {
+    let n = words.len();
+    let before = |at: usize| {
+        let own = &words[..at];
+        move |run: &[String]| occurs(run, own) || earlier.iter().any(|e| occurs(run, e))
+    };
+    for start in 0..n.saturating_sub(REPEAT_WORDS - 1) {
+        if before(start)(&words[start..start + REPEAT_WORDS]) {
+            return Err(());
+        }
+    }
+    // Two words are enough to hold back: holding costs a word or two of delay, showing the
+    // first words of a copy cannot be taken back.
+    Ok((0..n.saturating_sub(1)).find(|&start| before(start)(&words[start..])))
+}
+
 /// Holds back a sentence while it may be a repeat of an earlier one.
 #[derive(Default)]
 pub struct LoopGuard {
@@ -130,8 +177,27 @@ impl LoopGuard {
                     Echo::No => {}
                 }
             }
+            // Complete words of this sentence (an open last word may still grow).
+            let mut own = word_offsets(&self.text[span.clone()]);
+            if last && now.1 {
+                own.pop();
+            }
+            let (offsets, own): (Vec<usize>, Vec<String>) = own.into_iter().unzip();
+            match repeated_stretch(&own, &all[..i]) {
+                Err(()) => {
+                    self.text.truncate(self.shown);
+                    return None;
+                }
+                Ok(Some(w)) if last => {
+                    // A copy that starts within the first three words ("This is why the KV
+                    // cache …") is held from the sentence's start, so no stub of it shows.
+                    let from = if w <= 3 { 0 } else { offsets[w] };
+                    upto = upto.min((span.start + from).max(self.shown));
+                }
+                Ok(_) => {}
+            }
             if maybe && last {
-                upto = span.start.max(self.shown);
+                upto = upto.min(span.start.max(self.shown));
             }
         }
         let out = self.text[self.shown..upto].to_string();
@@ -194,7 +260,7 @@ impl AnswerStream {
         } else {
             rest = a.push(&held);
         }
-        rest.push_str(&a.finish());
+        rest.push_str(&a.finish(self.looped));
         rest
     }
 
@@ -303,6 +369,80 @@ mod tests {
         assert_eq!(
             out, "Goodput is a measure of load. ",
             "no word of the copy is shown"
+        );
+    }
+
+    #[test]
+    fn a_stretch_said_before_ends_the_answer_mid_sentence() {
+        let (out, looped) = guarded(&[
+            "The KV cache grows linearly with the number of tokens. ",
+            "This is why the KV cache grows",
+            " linearly with the",
+            " number of",
+        ]);
+        assert!(looped);
+        // Held from the start of the sentence the copy began in.
+        assert_eq!(
+            out,
+            "The KV cache grows linearly with the number of tokens. "
+        );
+        let mut a = AnswerStream::new(
+            &[(1, "The KV cache grows linearly with the number of tokens.")],
+            true,
+        );
+        let mut shown = String::new();
+        for p in [
+            "The KV cache grows linearly with the number of tokens.",
+            " This is why the KV cache grows linearly with the number of",
+        ] {
+            if let Some(t) = a.push(p) {
+                shown.push_str(&t);
+            }
+        }
+        assert!(a.looped());
+        shown.push_str(&a.finish(&shown, false));
+        assert_eq!(
+            shown,
+            "The KV cache grows linearly with the number of tokens [S1]."
+        );
+        // The unfinished sentence a cut leaves gets no marker.
+        let mut a = AnswerStream::new(
+            &[(1, "The KV cache grows linearly with the number of tokens.")],
+            true,
+        );
+        let mut shown = String::new();
+        let pieces = [
+            "The KV cache grows linearly with the number of tokens.",
+            " It",
+            " grows",
+            " fast",
+            " and",
+            " then",
+            " the KV cache grows linearly with the number of",
+        ];
+        for p in pieces {
+            if let Some(t) = a.push(p) {
+                shown.push_str(&t);
+            }
+        }
+        assert!(a.looped());
+        shown.push_str(&a.finish(&shown, false));
+        assert!(shown.ends_with(" It grows fast and then"), "{shown}");
+        // Within one sentence.
+        let (_, looped) = guarded(&[
+            "The model is told to answer only from the sources, so the model is told to answer only from the",
+        ]);
+        assert!(looped);
+        // Three shared words are no loop.
+        assert_eq!(
+            guarded(&[
+                "The size of the cache grows. ",
+                "It limits the size of the batch."
+            ]),
+            (
+                "The size of the cache grows. It limits the size of the batch.".to_string(),
+                false
+            )
         );
     }
 
