@@ -120,11 +120,7 @@ pub fn run(
         stop.store(false, Ordering::SeqCst);
         let mut answer = String::new();
         let mut write_err = None;
-        let texts: Vec<(usize, &str)> = packed
-            .sources
-            .iter()
-            .map(|s| (s.n, s.hit.text.as_str()))
-            .collect();
+        let texts = packed.texts();
         let mut stream = AnswerStream::new(&texts, settings.llm.add_citations);
         let decode = session.generate(&sampling, |piece| {
             let Some(piece) = stream.push(piece) else {

@@ -448,11 +448,7 @@ pub fn ask(
     let mut raw = String::new();
     let mut write_err = None;
     let live = o.stream && !o.json;
-    let texts: Vec<(usize, &str)> = packed
-        .sources
-        .iter()
-        .map(|s| (s.n, s.hit.text.as_str()))
-        .collect();
+    let texts = packed.texts();
     let mut answer = stream::AnswerStream::new(&texts, settings.llm.add_citations);
     let show = |piece: &str| -> std::io::Result<()> {
         if piece.is_empty() {

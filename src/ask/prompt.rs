@@ -32,6 +32,16 @@ pub struct Packed {
     pub prompt_tokens: usize,
 }
 
+impl Packed {
+    /// Label number and text of each packed source, for citation checks.
+    pub fn texts(&self) -> Vec<(usize, &str)> {
+        self.sources
+            .iter()
+            .map(|s| (s.n, s.hit.text.as_str()))
+            .collect()
+    }
+}
+
 /// The text block of one source. The label sits in a tag, not at the start of a line of
 /// text: with `[S1] path` headers, small models answered by copying the header and the text
 /// after it ("[1] docs/orbital-station.md (lines 1-17) …").

@@ -39,19 +39,10 @@ fn ask_answers_a_planted_fact_and_cites_its_file() {
 
     // With llm.add_citations off, what the model wrote is the answer: same words, no marker
     // added by rag.
-    let (code, out, err) = p
-        .rag()
-        .env("RAG_LLM_ADD_CITATIONS", "false")
-        .args(["ask", "--json", "-k", "3", question])
-        .output()
-        .map(|o| {
-            (
-                o.status.code().unwrap(),
-                String::from_utf8(o.stdout).unwrap(),
-                String::from_utf8(o.stderr).unwrap(),
-            )
-        })
-        .unwrap();
+    let (code, out, err) = p.run_env(
+        &[("RAG_LLM_ADD_CITATIONS", "false")],
+        &["ask", "--json", "-k", "3", question],
+    );
     assert_eq!(code, 0, "{err}");
     let plain: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(plain["added_citations"], 0, "{plain}");

@@ -51,7 +51,17 @@ impl Project {
 
     /// Runs `rag ARGS` and returns (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.rag().args(args).output().expect("run rag");
+        self.run_env(&[], args)
+    }
+
+    /// [`Project::run`] with environment variables set.
+    pub fn run_env(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+        let out = self
+            .rag()
+            .envs(env.iter().copied())
+            .args(args)
+            .output()
+            .expect("run rag");
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
