@@ -193,7 +193,9 @@ pub(crate) fn sentences(text: &str) -> Vec<std::ops::Range<usize>> {
             && next.is_none_or(|n| {
                 n.is_whitespace() || n == '[' || matches!(n, '.' | '!' | '?' | '"' | ')')
             });
-        if full_stop || c == '\n' {
+        // A newline before a lower-case word is a wrapped line, not a sentence end.
+        let line_end = c == '\n' && !next.is_some_and(char::is_lowercase);
+        if full_stop || line_end {
             let mut end = at + c.len_utf8();
             // Absorb following spaces and markers.
             let rest = &text[end..];
@@ -422,8 +424,16 @@ fn cite_point(written: &str, next: Option<&str>) -> Option<usize> {
                 .starts_with(char::is_whitespace)
                 || t.starts_with(char::is_whitespace)
         }
-        // A line ends without one (a list item).
-        Some(t) => tail.contains('\n') || t.starts_with('\n'),
+        // A line ended without one (a list item), unless the next piece goes on in lower case:
+        // a sentence wrapped onto the next line ("… used to\ntrack the …").
+        // Whitespace alone cannot tell yet; it stays held.
+        Some(t) => {
+            tail.contains('\n')
+                && t.trim_start()
+                    .chars()
+                    .next()
+                    .is_some_and(|c| !c.is_lowercase())
+        }
     };
     if !ended || body.is_empty() {
         return None;
@@ -518,6 +528,11 @@ mod tests {
 
     #[test]
     fn sentences_without_markers_are_reported_uncited() {
+        let wrapped = check(
+            "The cache stores key vectors\nof every token [S1].",
+            &[(1, S1)],
+        );
+        assert!(wrapped.uncited.is_empty(), "{wrapped:?}");
         let c = check(
             "The cache stores key vectors [S1]. Tomatoes need lots of sun. Short one. The documents do not answer the rest.",
             &[(1, S1), (2, S2)],
@@ -614,6 +629,11 @@ mod tests {
                 "Answer", ":", "\n", "-", " do", " the", " thing", "\n", "It", " is", " loud"
             ]),
             "Answer:\n- do the thing [S2]\nIt is loud [S2]"
+        );
+        // A sentence wrapped onto the next line is one sentence.
+        assert_eq!(
+            attributed(&["It", " is", " loud", "\n", "", " ", "and", " hums", " at", " 1742", "."]),
+            "It is loud\n and hums at 1742 [S2]."
         );
         assert_eq!(
             attributed(&["```", "let x = 1", ".", "0;", " it is loud", "."]),

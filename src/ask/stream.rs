@@ -238,8 +238,9 @@ impl AnswerStream {
             return None;
         };
         Some(match &mut self.cite {
-            Some(a) => a.push(&text),
-            None => text,
+            // Nothing released (the guard holds a sentence): nothing for the citer to judge.
+            Some(a) if !text.is_empty() => a.push(&text),
+            _ => text,
         })
     }
 
