@@ -7,7 +7,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RAG := $(TARGET_DIR)/release/rag
 QUESTION ?= What does the KV cache store?
 
-.PHONY: setup build demo test bench
+.PHONY: setup build demo test bench eval
 
 setup:
 	scripts/setup.sh
@@ -27,3 +27,7 @@ test: setup
 
 bench: build
 	scripts/bench.sh
+
+# Quality on the dev set (eval/sqlite/, SQLite's documentation): see scripts/eval.sh.
+eval: build
+	scripts/eval.sh

@@ -10,7 +10,7 @@
 #              threads and lengths; time to first token of a repeated ask with and without
 #              the prompt cache.
 #
-#   cite     : citations on fixtures/questions.yaml (scripts/bench_cite.py), with rag's added
+#   cite     : citations on eval/corpus.yaml (rag eval --answers), with rag's added
 #              markers and without, per generator.
 #
 # BENCH=ingest, BENCH=llm, BENCH=search or BENCH=cite runs one part. Nothing here is committed or needed by tests.
@@ -234,7 +234,7 @@ PY
 fi
 
 if [ "$what" = all ] || [ "$what" = cite ]; then
-  # --- citations on fixtures/questions.yaml: rag's markers against the model's own --------
+  # --- citations on eval/corpus.yaml: rag's markers against the model's own -------------
   proj=$bench/cite
   rm -rf "$proj"; mkdir -p "$proj"; cp -r "$root/corpus" "$proj/"
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
@@ -244,13 +244,14 @@ if [ "$what" = all ] || [ "$what" = cite ]; then
   for m in "${models[@]}"; do
     for add in true false; do
       say "citations: --model $m, llm.add_citations = $add"
-      (cd "$proj" && RAG_LLM_ADD_CITATIONS=$add python3 "$root/scripts/bench_cite.py" "$rag" \
-        "$root/fixtures/questions.yaml" --model "$m" 2>"$bench/cite-$m-$add.log" >"$bench/cite-$m-$add.json")
-      read -r right cites rightc uncited < <(python3 -c '
+      (cd "$proj" && RAG_LLM_ADD_CITATIONS=$add "$rag" -q eval --answers --json --modes hybrid \
+        --model "$m" "$root/eval/corpus.yaml" >"$bench/cite-$m-$add.json")
+      read -r cites uncited < <(python3 -c '
 import json, sys
-v = json.load(open(sys.argv[1]))
-print(v["answers_citing_the_right_file_supported"], v["citations"], v["citations_naming_the_right_file"], v["uncited_sentences"])' "$bench/cite-$m-$add.json")
-      rows+=("| citations, $m model, add_citations=$add (16 questions) | $right answers cite the answering file, supported · $rightc of $cites citations name it · $uncited uncited sentences |")
+v = json.load(open(sys.argv[1]))["answers"]
+f = lambda x: "-" if x is None else f"{x:.2f}"
+print(f(v["citations"]), f(v["uncited_per_answer"]))' "$bench/cite-$m-$add.json")
+      rows+=("| citations, $m model, add_citations=$add (16 questions) | $cites of supported citations name the answering file · $uncited uncited sentences per answer |")
     done
   done
 fi

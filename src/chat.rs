@@ -87,11 +87,14 @@ pub fn run(
     }
 
     let mut history: Vec<Turn> = Vec::new();
+    // Every question asked so far: a follow-up retrieves with the one before it.
+    let mut asked: Vec<String> = Vec::new();
     while let Some(question) = next_question(&mut lines, ui, interactive)? {
         let q = Query {
-            text: question.clone(),
+            text: crate::ask::followup_query(&asked, &question),
             ..base.clone()
         };
+        asked.push(question.clone());
         let (ranked, retrieval_ms) = retriever.run(&q, mode, ui, rt)?;
         if should_abstain(&ranked, mode, settings.retrieval.min_similarity) {
             ui.outln(ABSTAIN_TEXT)?;

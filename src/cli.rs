@@ -14,7 +14,8 @@ Exit codes:
   4  incompatible index: rebuild it with `rag ingest --rebuild DIR`
   5  model or runtime library missing or invalid
   6  abstained: the documents do not answer the question
-  7  ingest finished, but some files failed (they are listed)";
+  7  ingest finished, but some files failed (they are listed)
+  8  eval: a metric fell below --min or regressed past --max-regression";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -75,6 +76,11 @@ pub enum Command {
     /// Fill the index with N synthetic chunks (for `make bench`)
     #[command(hide = true)]
     BenchStore(BenchStoreArgs),
+    /// Measure retrieval (and with --answers, answer) quality on a YAML set of questions
+    #[command(
+        after_help = "Examples:\n  rag eval eval/fixtures.yaml\n  rag eval --answers --model large eval/dev.yaml\n  rag eval --json eval/dev.yaml > base.json\n  rag eval --baseline base.json --max-regression 0.02 --min hit@5=0.8,context_recall=0.7 --junit eval.xml eval/dev.yaml\n\nExit codes: 0 every gate held, 8 a --min floor or --max-regression gate failed, 2 a bad eval file."
+    )]
+    Eval(EvalArgs),
     /// Retrieve the best chunks for a query, without generating
     #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
     Search(SearchArgs),
@@ -100,6 +106,41 @@ pub struct IngestArgs {
     /// Embedding batch size
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The eval file: a YAML list of cases (question, expect_sources, answer_contains, id, kind, history)
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Also generate each answer and score it (keywords, citations, refusals, speed)
+    #[arg(long)]
+    pub answers: bool,
+    /// Retrieval modes to measure; the first is the one answers and unprefixed --min names use [default: the configured mode, then the others]
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "MODE,...")]
+    pub modes: Vec<Mode>,
+    /// Print one JSON object (metrics, per-case results) on stdout
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report (what --json prints) to this file, e.g. as the next --baseline
+    #[arg(long, value_name = "FILE")]
+    pub save_json: Option<PathBuf>,
+    /// Write a JUnit XML report here (one suite per mode, one case per question)
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// An earlier `rag eval --json` output: print each metric's change against it
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// With --baseline: fail (exit 8) when a metric gets worse by more than this
+    #[arg(long, value_name = "X", requires = "baseline")]
+    pub max_regression: Option<f64>,
+    /// Fail (exit 8) below these floors: hit@1, hit@5, hit@10, mrr@10, ndcg@10, context_recall, keywords, citations (MODE. prefix for another mode)
+    #[arg(long, value_name = "NAME=X,...")]
+    pub min: Option<String>,
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

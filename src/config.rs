@@ -80,6 +80,17 @@ pub struct RetrievalSettings {
     pub rrf_k: f32,
     pub vector_weight: f32,
     pub text_weight: f32,
+    /// Candidates each retriever returns before fusion (at least 2 × top_k).
+    pub candidates: usize,
+    /// Document-level signal: each chunk's fused score gains this share of the fused scores
+    /// of the other candidates from its file (0 = plain fusion).
+    pub file_weight: f32,
+    /// The best this-many spans are widened with the chunk before and after them in their
+    /// file, so a fact split across a chunk boundary reaches the prompt whole (0 = off).
+    pub neighbors: usize,
+    /// Context compression: keep this many sentences of each span, those most similar to
+    /// the question (plus the one after the best and the headings); 0 keeps spans whole.
+    pub compress: usize,
     /// `rag ask` abstains when the best chunk's cosine similarity to the question is below this.
     pub min_similarity: f32,
 }
@@ -111,6 +122,11 @@ pub struct LlmSettings {
     /// Penalty on tokens repeated within the last `repeat_last_n` generated (1.0 = off).
     pub repeat_penalty: f32,
     pub repeat_last_n: i32,
+    /// DRY anti-repetition sampler on the answer's own tokens (0 = off).
+    pub dry_multiplier: f32,
+    pub dry_base: f32,
+    /// Repeats up to this many tokens long go unpenalised.
+    pub dry_allowed_length: i32,
     /// Add a `[S#]` marker to each answer sentence that has none, naming the source that
     /// shares most of its content words (see `ask::cite::Attributor`); false leaves citing
     /// to the model.
@@ -168,6 +184,10 @@ impl Default for RetrievalSettings {
             rrf_k: 60.0,
             vector_weight: 1.0,
             text_weight: 1.0,
+            candidates: 20,
+            file_weight: 0.0,
+            neighbors: 0,
+            compress: 0,
             min_similarity: 0.25,
         }
     }
@@ -188,6 +208,9 @@ impl Default for LlmSettings {
             seed: 42,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
             add_citations: true,
             prompt_cache_mb: 512,
         }
@@ -403,6 +426,9 @@ impl Settings {
             seed: self.llm.seed,
             repeat_penalty: self.llm.repeat_penalty,
             repeat_last_n: self.llm.repeat_last_n,
+            dry_multiplier: self.llm.dry_multiplier,
+            dry_base: self.llm.dry_base,
+            dry_allowed_length: self.llm.dry_allowed_length,
             ignore_eog: false,
         }
     }

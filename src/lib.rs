@@ -19,6 +19,8 @@ pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod embed;
+pub mod engine;
+pub mod eval;
 pub mod hashcache;
 pub mod ingest;
 pub mod llm;
@@ -47,6 +49,7 @@ pub enum Exit {
     Model = 5,
     Abstained = 6,
     PartialIngest = 7,
+    QualityGate = 8,
 }
 
 /// An error that decides the exit code. Everything else exits with [`Exit::Failure`].
@@ -124,6 +127,10 @@ fn overrides(cli: &Cli) -> config::Overrides {
             }
         }
         Command::Search(a) => retrieval(&mut o, &a.retrieval),
+        Command::Eval(a) => {
+            retrieval(&mut o, &a.retrieval);
+            gen(&mut o, &a.gen);
+        }
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
         Command::BenchStore(_) => {}
         Command::Ask(cli::AskArgs {
@@ -227,6 +234,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 &rt,
             )
         }
+        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a), &ui, &rt),
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Chat(a) => {
@@ -235,6 +243,45 @@ pub fn run(cli: Cli) -> Result<Exit> {
             };
             chat::run(&settings, &query(&settings, "", &a.retrieval), &o, &ui, &rt)
         }
+    }
+}
+
+fn eval_options(settings: &config::Settings, a: &cli::EvalArgs) -> eval::EvalOptions {
+    let configured = Mode::parse(&settings.retrieval.mode).unwrap_or(Mode::Hybrid);
+    let modes = if a.modes.is_empty() {
+        let mut all = vec![configured];
+        all.extend(
+            [Mode::Hybrid, Mode::Vector, Mode::Text]
+                .into_iter()
+                .filter(|m| *m != configured),
+        );
+        all
+    } else {
+        let mut seen = Vec::new();
+        for m in &a.modes {
+            let m = match m {
+                cli::Mode::Hybrid => Mode::Hybrid,
+                cli::Mode::Vector => Mode::Vector,
+                cli::Mode::Text => Mode::Text,
+            };
+            if !seen.contains(&m) {
+                seen.push(m);
+            }
+        }
+        seen
+    };
+    eval::EvalOptions {
+        file: a.file.clone(),
+        modes,
+        answers: a.answers,
+        json: a.json,
+        junit: a.junit.clone(),
+        save_json: a.save_json.clone(),
+        baseline: a.baseline.clone(),
+        max_regression: a.max_regression,
+        min: a.min.clone(),
+        verbose: a.retrieval.verbose,
+        query: query(settings, "", &a.retrieval),
     }
 }
 

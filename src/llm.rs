@@ -64,6 +64,12 @@ pub struct Sampling {
     /// loops at temperature 0 without it.
     pub repeat_penalty: f32,
     pub repeat_last_n: i32,
+    /// DRY ("don't repeat yourself") penalty on extending a sequence the answer already
+    /// wrote: multiplier (0 = off), base, and the longest repeat allowed unpenalised.
+    /// Only generated tokens count, so copying from the sources is not penalised.
+    pub dry_multiplier: f32,
+    pub dry_base: f32,
+    pub dry_allowed_length: i32,
     /// Keep generating past end-of-text (benchmarks only).
     pub ignore_eog: bool,
 }
@@ -78,6 +84,9 @@ impl Sampling {
             seed: 0,
             repeat_penalty: 1.0,
             repeat_last_n: 0,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
             ignore_eog: false,
         }
     }
@@ -411,6 +420,17 @@ impl Session<'_> {
                 0.0,
             ));
         }
+        if s.dry_multiplier > 0.0 {
+            // llama.cpp's default sequence breakers: a repeat does not run across them.
+            chain.push(LlamaSampler::dry(
+                &llm.model,
+                s.dry_multiplier,
+                s.dry_base,
+                s.dry_allowed_length,
+                -1,
+                ["\n", ":", "\"", "*"],
+            ));
+        }
         if s.temperature <= 0.0 {
             chain.push(LlamaSampler::greedy());
         } else {
@@ -419,8 +439,9 @@ impl Session<'_> {
             chain.push(LlamaSampler::dist(s.seed));
         }
         let mut sampler = LlamaSampler::chain_simple(chain);
-        let plain_greedy =
-            s.temperature <= 0.0 && (s.repeat_penalty == 1.0 || s.repeat_last_n == 0);
+        let plain_greedy = s.temperature <= 0.0
+            && (s.repeat_penalty == 1.0 || s.repeat_last_n == 0)
+            && s.dry_multiplier <= 0.0;
         let mut generated: Vec<LlamaToken> = Vec::new();
         let vocab = llm.model.vocab();
         let mut batch = LlamaBatch::new(1, 1);

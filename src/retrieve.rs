@@ -33,6 +33,12 @@ pub struct Fusion {
     pub k: f32,
     pub vector_weight: f32,
     pub text_weight: f32,
+    /// Share of the other same-file candidates' fused scores added to a chunk's score.
+    pub file_weight: f32,
+    /// Candidates asked of each retriever.
+    pub candidates: usize,
+    /// Best spans widened with their neighbouring chunks.
+    pub neighbors: usize,
 }
 
 /// A fused result: the chunk, its fused score, and what each retriever said of it.
@@ -78,6 +84,16 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
         }
     }
     let mut out: Vec<Ranked> = by_id.into_values().collect();
+    if f.file_weight > 0.0 {
+        let mut per_file: HashMap<String, f32> = HashMap::new();
+        for r in &out {
+            *per_file.entry(r.hit.path.clone()).or_default() += r.score;
+        }
+        for r in &mut out {
+            let others = per_file[&r.hit.path] - r.score;
+            r.score += f.file_weight * others;
+        }
+    }
     let best = |r: &Ranked| {
         r.vector_rank
             .unwrap_or(usize::MAX)
@@ -204,7 +220,7 @@ pub async fn retrieve(
     fusion: Fusion,
     filter: Option<&str>,
 ) -> Result<Vec<Ranked>> {
-    let depth = (k * 4).max(20);
+    let depth = fusion.candidates.max(k * 2);
     let vec_hits = match (mode, vector) {
         (Mode::Hybrid | Mode::Vector, Some(v)) => store.vector_search(v, depth, filter).await?,
         _ => Vec::new(),
@@ -215,7 +231,33 @@ pub async fn retrieve(
     };
     let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
     ranked.truncate(k);
-    Ok(ranked)
+    for r in ranked.iter_mut().take(fusion.neighbors) {
+        let chunks = store.file_chunks(&r.hit.path).await?;
+        widen(&mut r.hit, &chunks);
+    }
+    Ok(merge_adjacent(ranked))
+}
+
+/// Widens `hit` with the chunk of `file` that ends just before it and the one that starts
+/// just after it (chunks in any order; overlapping lines are not repeated).
+pub fn widen(hit: &mut Hit, file: &[Hit]) {
+    let before = file
+        .iter()
+        .filter(|c| c.line_end < hit.line_start)
+        .max_by_key(|c| c.line_end);
+    let after = file
+        .iter()
+        .filter(|c| c.line_start > hit.line_end)
+        .min_by_key(|c| c.line_start);
+    if let Some(b) = before {
+        hit.text = join_overlapping(&b.text, &hit.text);
+        hit.line_start = b.line_start;
+        hit.heading = b.heading.clone();
+    }
+    if let Some(a) = after {
+        hit.text = join_overlapping(&hit.text, &a.text);
+        hit.line_end = a.line_end;
+    }
 }
 
 #[cfg(test)]
@@ -237,7 +279,48 @@ mod tests {
         k: 60.0,
         vector_weight: 1.0,
         text_weight: 1.0,
+        file_weight: 0.0,
+        candidates: 20,
+        neighbors: 0,
     };
+
+    #[test]
+    fn the_file_signal_lifts_a_chunk_whose_file_matches_often() {
+        let a1 = hit("a1", "a.md", (1, 2), "a");
+        let a2 = hit("a2", "a.md", (5, 6), "a");
+        let b = hit("b", "b.md", (1, 2), "b");
+        // b leads both lists; a1 and a2 follow. Plain RRF keeps b first.
+        let v = [b.clone(), a1.clone(), a2.clone()];
+        let t = [b.clone(), a2.clone(), a1.clone()];
+        assert_eq!(fuse(&v, &t, F)[0].hit.id, "b");
+        // With the file signal, a1 gains a2's score: 2/62 + 2/63 + w·(…) beats 2/61.
+        let f = Fusion {
+            file_weight: 0.5,
+            ..F
+        };
+        let fused = fuse(&v, &t, f);
+        assert_eq!(fused[0].hit.path, "a.md");
+        let plain_a1 = 1.0 / 62.0 + 1.0 / 63.0;
+        let expect = plain_a1 + 0.5 * (1.0 / 63.0 + 1.0 / 62.0);
+        let a1_score = fused.iter().find(|r| r.hit.id == "a1").unwrap().score;
+        assert!((a1_score - expect).abs() < 1e-6, "{a1_score} vs {expect}");
+    }
+
+    #[test]
+    fn widening_takes_the_chunks_around_a_span() {
+        let file = vec![
+            hit("3", "f.md", (9, 12), "nine\nten"),
+            hit("1", "f.md", (1, 4), "one\ntwo"),
+            hit("2", "f.md", (5, 8), "five\nsix"),
+        ];
+        let mut h = hit("2", "f.md", (5, 8), "five\nsix");
+        widen(&mut h, &file);
+        assert_eq!((h.line_start, h.line_end), (1, 12));
+        assert_eq!(h.text, "one\ntwo\n\nfive\nsix\n\nnine\nten");
+        let mut first = hit("1", "f.md", (1, 4), "one\ntwo");
+        widen(&mut first, &file);
+        assert_eq!((first.line_start, first.line_end), (1, 8));
+    }
 
     #[test]
     fn rrf_rewards_agreement_and_breaks_ties_stably() {

@@ -8,9 +8,9 @@ mod support;
 mod ask;
 #[path = "cli/errors.rs"]
 mod errors;
+#[path = "cli/eval.rs"]
+mod eval;
 #[path = "cli/ingest.rs"]
 mod ingest;
 #[path = "cli/prompt.rs"]
 mod prompt;
-#[path = "cli/retrieval.rs"]
-mod retrieval;

@@ -13,6 +13,10 @@ pub struct Citation {
     pub supported: bool,
     /// Share of the sentence's content words found in the source (0..=1).
     pub overlap: f32,
+    /// For a supported citation: the line of the source (0-based, within its text) that
+    /// shares most of the sentence's content words, and that line.
+    #[serde(skip)]
+    pub quote: Option<(usize, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -276,10 +280,20 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
             let Some((_, vocab)) = source_words.iter().find(|(m, _)| *m == n) else {
                 continue;
             };
+            let supported = supports(&words, vocab);
+            let text = sources
+                .iter()
+                .find(|(m, _)| *m == n)
+                .map_or("", |(_, t)| *t);
             citations.push(Citation {
                 id: format!("S{n}"),
-                supported: supports(&words, vocab),
+                supported,
                 overlap: overlap(&words, vocab),
+                quote: if supported {
+                    best_line(&words, text)
+                } else {
+                    None
+                },
             });
         }
     }
@@ -289,6 +303,22 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
         invalid,
         uncited,
     }
+}
+
+/// The line of `source` that shares most content words with a claim (the first of equals),
+/// as (0-based line number, trimmed line); `None` when no line shares any. The evidence a
+/// reader checks the answer against, in the document's own words.
+pub fn best_line(words: &[String], source: &str) -> Option<(usize, String)> {
+    let claim: HashSet<&String> = words.iter().collect();
+    let mut best: Option<(usize, usize)> = None;
+    for (i, line) in source.lines().enumerate() {
+        let line_words: HashSet<String> = content_words(line).into_iter().collect();
+        let shared = claim.iter().filter(|w| line_words.contains(**w)).count();
+        if shared > 0 && best.is_none_or(|(_, b)| shared > b) {
+            best = Some((i, shared));
+        }
+    }
+    best.map(|(i, _)| (i, source.lines().nth(i).unwrap_or("").trim().to_string()))
 }
 
 /// Citations added by rag as the answer streams: when a sentence ends without a marker, the
@@ -503,9 +533,27 @@ mod tests {
             vec![Citation {
                 id: "S2".into(),
                 supported: true,
-                overlap: 1.0
+                overlap: 1.0,
+                quote: Some((0, S2.to_string())),
             }]
         );
+    }
+
+    #[test]
+    fn evidence_is_the_line_sharing_most_words() {
+        let source =
+            "# Cache\nTokens are counted.\n  The cache stores key and value vectors.  \nEnd.";
+        let words = content_words("It stores key and value vectors [S1].");
+        assert_eq!(
+            best_line(&words, source),
+            Some((2, "The cache stores key and value vectors.".to_string()))
+        );
+        assert_eq!(best_line(&content_words("tomatoes"), source), None);
+        let c = check(
+            "The cache stores key and value vectors [S1].",
+            &[(1, source)],
+        );
+        assert_eq!(c.citations[0].quote.as_ref().map(|q| q.0), Some(2));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! plain options.
 
 pub mod cite;
+pub mod compress;
+pub mod followup;
 pub mod prompt;
 pub mod route;
 pub mod stream;
@@ -14,15 +16,20 @@ use serde::Serialize;
 
 use crate::config::{threads, Settings};
 use crate::embed::Embedder;
-use crate::llm::{ContextParams, Llm, StopReason, LLAMA_CPP_BUILD};
-use crate::promptcache::PromptCache;
+use crate::engine::{Answerer, Event};
+use crate::llm::{ContextParams, Llm, StopReason};
 use crate::retrieve::{self, Fusion, Mode, Ranked};
 use crate::store::Store;
 use crate::ui::Ui;
 use crate::Exit;
 
-/// A cached state is worth loading only when it covers at least this many prompt tokens.
-const MIN_CACHED_PREFIX: usize = 32;
+/// The retrieval query of a question asked after `history` (earlier questions, oldest
+/// first). A follow-up such as "And how do I drop it afterwards?" names nothing to search
+/// for; the previous question does.
+pub fn followup_query(history: &[String], question: &str) -> String {
+    let _ = history;
+    question.to_string()
+}
 
 /// What `rag ask` prints when the documents hold no answer.
 pub const ABSTAIN_TEXT: &str = "The documents do not answer this question.";
@@ -80,18 +87,32 @@ pub struct ModelOut {
     pub route: route::Route,
 }
 
+/// A source line that supports a cited sentence: the manual's own words under the answer.
+#[derive(Debug, Serialize, Clone, PartialEq)]
+pub struct Evidence {
+    /// `S2`
+    pub id: String,
+    pub path: String,
+    pub line: u32,
+    pub text: String,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Answer {
     pub question: String,
     pub answer: String,
     pub sources: Vec<SourceOut>,
     pub citations: Vec<cite::Citation>,
+    /// For each supported citation, the source line that backs it (`path:line`).
+    pub evidence: Vec<Evidence>,
     pub invalid_citations: Vec<String>,
     /// Markers rag added to sentences the model left uncited (llm.add_citations).
     pub added_citations: usize,
     /// Sentences of three content words or more that cite no source.
     pub uncited_sentences: Vec<String>,
     pub abstained: bool,
+    /// The best cosine similarity of a retrieved span (None in text-only mode).
+    pub best_similarity: Option<f32>,
     pub stop: Option<StopReason>,
     pub timings: Timings,
     pub model: Option<ModelOut>,
@@ -102,6 +123,9 @@ fn fusion(s: &Settings) -> Fusion {
         k: s.retrieval.rrf_k,
         vector_weight: s.retrieval.vector_weight,
         text_weight: s.retrieval.text_weight,
+        file_weight: s.retrieval.file_weight,
+        candidates: s.retrieval.candidates,
+        neighbors: s.retrieval.neighbors,
     }
 }
 
@@ -131,6 +155,14 @@ impl Retriever {
             embedder,
             fusion: fusion(settings),
         })
+    }
+
+    /// Vectors of `texts`, or `None` when no embedder is loaded (text-only retrieval).
+    pub fn embed(&mut self, texts: &[String]) -> Result<Option<Vec<Vec<f32>>>> {
+        match &mut self.embedder {
+            Some(e) => Ok(Some(e.embed(texts)?)),
+            None => Ok(None),
+        }
     }
 
     /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
@@ -311,269 +343,143 @@ pub fn ask(
     ui: &Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
-    let started = Instant::now();
     let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let (ranked, retrieval_ms) = retrieve(settings, q, mode, ui, rt)?;
-    let mut timings = Timings {
-        retrieval_ms,
-        ..Timings::default()
-    };
-
-    if should_abstain(&ranked, mode, settings.retrieval.min_similarity) && !o.dry_run {
-        timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-        let answer = Answer {
-            question: q.text.clone(),
-            answer: ABSTAIN_TEXT.to_string(),
-            sources: vec![],
-            citations: vec![],
-            invalid_citations: vec![],
-            added_citations: 0,
-            uncited_sentences: vec![],
-            abstained: true,
-            stop: None,
-            timings,
-            model: None,
-        };
-        if o.json {
-            ui.json(&answer)?;
-        } else if o.ndjson {
-            ui.json(&serde_json::json!({ "event": "done", "answer": answer }))?;
-        } else {
-            ui.outln(ABSTAIN_TEXT)?;
-            let best = ranked
-                .iter()
-                .filter_map(|r| r.vector_score)
-                .fold(f32::NAN, f32::max);
-            ui.info(&format!(
-                "abstained: best similarity {best:.2} is below retrieval.min_similarity = {}",
-                settings.retrieval.min_similarity
-            ));
-        }
-        return Ok(Exit::Abstained);
-    }
-
-    let best = ranked
-        .iter()
-        .filter_map(|r| r.vector_score)
-        .reduce(f32::max);
-    let route = route::route(
-        &settings.llm.route,
-        best,
-        &q.text,
-        settings.llm.large_model.is_file(),
-    );
-    let model_path = if route.model == "large" {
-        &settings.llm.large_model
-    } else {
-        &settings.llm.model
-    };
-    let llm = Llm::load(model_path, o.dry_run)?;
-    let (params, reserve) = window(settings, &llm)?;
-    let n_ctx = params.n_ctx as usize;
-    let overhead = llm.chat_tokens(&prompt::messages(&[], &q.text))?.len();
-    let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
-    let packed = prompt::pack(&q.text, &hits, n_ctx - reserve, overhead, &|t| {
-        llm.count_tokens(t)
-    });
-    if q.verbose || !packed.dropped.is_empty() {
-        for d in &packed.dropped {
-            ui.info(&format!(
-                "note: {}:{}-{} did not fit the context budget",
-                d.path, d.line_start, d.line_end
-            ));
-        }
-    }
-    let tokens = llm.chat_tokens(&packed.messages)?;
-
+    let mut engine = Answerer::open(settings, mode, o.dry_run, rt)?;
     if o.dry_run {
-        ui.out(&llm.render(&packed.messages)?)?;
-        ui.info(&format!(
-            "{} prompt tokens, {} sources",
-            tokens.len(),
-            packed.sources.len()
-        ));
-        return Ok(Exit::Success);
+        return dry_run(&mut engine, q, ui);
     }
-
-    let sources: Vec<SourceOut> = packed
-        .sources
-        .iter()
-        .map(|s| SourceOut {
-            id: format!("S{}", s.n),
-            path: s.hit.path.clone(),
-            heading: s.hit.heading.clone(),
-            line_start: s.hit.line_start,
-            line_end: s.hit.line_end,
-            score: s.score,
-        })
-        .collect();
-    if o.ndjson {
-        ui.json(&serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms }))?;
-    }
-
-    let mut session = llm.session(&params)?;
-    let memo = settings.index.dir.join("model-hashes.json");
-    let model_sha = crate::hashcache::sha256(&llm.path, &memo)?;
-    let cache = (o.cache && settings.llm.prompt_cache_mb > 0).then(|| {
-        let n_ctx = n_ctx.to_string();
-        PromptCache::new(
-            &settings.index.dir,
-            &[&model_sha, &n_ctx, LLAMA_CPP_BUILD],
-            settings.llm.prompt_cache_mb << 20,
-        )
-    });
-    let ids = crate::llm::ids(&tokens);
-    if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
-        if !session.load_state(&entry.state, &entry.tokens) {
-            ui.warn(&format!(
-                "ignored a damaged prompt cache entry {}",
-                entry.state.display()
-            ));
-            if let Some(c) = &cache {
-                c.discard(&entry.state);
-            }
-        }
-    }
-    let spin = ui.spinner(&format!("reading {} prompt tokens", tokens.len()));
-    let prefill = session.prefill(&tokens)?;
-    spin.finish_and_clear();
-    if let Some(c) = &cache {
-        // Saved before generation, so the state holds exactly the prompt.
-        if let Err(e) = c.store(&ids, |p| session.save_state(p)) {
-            ui.warn(&format!("prompt cache not saved: {e:#}"));
-        }
-    }
-
-    let sampling = settings.sampling();
-    let mut raw = String::new();
-    let mut write_err = None;
     let live = o.stream && !o.json;
-    let texts = packed.texts();
-    let mut answer = stream::AnswerStream::new(&texts, settings.llm.add_citations);
-    let show = |piece: &str| -> std::io::Result<()> {
-        if piece.is_empty() {
-            Ok(())
-        } else if o.ndjson {
-            ui.json(&serde_json::json!({ "event": "token", "text": piece }))
-                .map_err(std::io::Error::other)
-        } else if live {
-            ui.out(piece)
-        } else {
-            Ok(())
-        }
-    };
-    let mut decode = session.generate(&sampling, |piece| {
-        let Some(piece) = answer.push(piece) else {
-            return false;
-        };
-        raw.push_str(&piece);
-        match show(&piece) {
-            Ok(()) => true,
-            Err(e) => {
-                write_err = Some(e);
-                false
+    let mut on = |e: Event| -> std::io::Result<()> {
+        match e {
+            Event::Dropped(d) => {
+                ui.info(&format!(
+                    "note: {}:{}-{} did not fit the context budget",
+                    d.path, d.line_start, d.line_end
+                ));
+                Ok(())
             }
+            Event::Retrieved {
+                sources,
+                retrieval_ms,
+            } if o.ndjson => ui
+                .json(&serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms }))
+                .map_err(std::io::Error::other),
+            Event::Retrieved { .. } => Ok(()),
+            Event::Piece(piece) if o.ndjson => ui
+                .json(&serde_json::json!({ "event": "token", "text": piece }))
+                .map_err(std::io::Error::other),
+            Event::Piece(piece) if live => ui.out(piece),
+            Event::Piece(_) => Ok(()),
         }
-    })?;
-    let cut = decode.stop == StopReason::Repetition;
-    if cut {
-        raw = stream::drop_repeat(&raw);
-    }
-    if answer.looped() {
-        decode.stop = StopReason::Repetition;
-    }
-    let rest = answer.finish(&raw, cut);
-    if write_err.is_none() {
-        if let Err(e) = show(&rest) {
-            write_err = Some(e);
-        }
-    }
-    raw.push_str(&rest);
-    if let Some(e) = write_err {
-        return Err(e.into());
-    }
-
-    let prefilled = prefill.prompt_tokens - prefill.cached_tokens;
-    timings.prompt_tokens = prefill.prompt_tokens;
-    timings.cached_tokens = prefill.cached_tokens;
-    timings.prefill_ms = prefill.ms;
-    timings.prefill_tok_per_s = rate(prefilled, prefill.ms);
-    timings.generated_tokens = decode.tokens;
-    timings.decode_ms = decode.ms;
-    timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
-    // From the start of the command: what a person waits for.
-    timings.ttft_ms = retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
-    timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-
-    let checked = cite::check(raw.trim(), &texts);
-    let model = ModelOut {
-        path: llm.path.display().to_string(),
-        sha256: model_sha,
-        route,
     };
-    let result = Answer {
-        question: q.text.clone(),
-        answer: checked.answer.clone(),
-        sources,
-        citations: checked.citations.clone(),
-        invalid_citations: checked.invalid.clone(),
-        added_citations: answer.added_citations(),
-        uncited_sentences: checked.uncited.clone(),
-        abstained: false,
-        stop: Some(decode.stop),
-        timings,
-        model: Some(model),
-    };
-    if !checked.invalid.is_empty() && !o.json {
-        ui.warn(&format!(
-            "the answer cited {} that no source has; removed from the checked answer",
-            checked.invalid.join(", ")
+    let result = engine.answer(q, o.cache, ui, &mut on)?;
+    print_answer(settings, &result, o, ui)?;
+    Ok(if result.abstained {
+        Exit::Abstained
+    } else {
+        Exit::Success
+    })
+}
+
+/// `--dry-run`: the packed prompt, without loading the model weights.
+fn dry_run(engine: &mut Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
+    let (ranked, _) = engine.retrieve(q, ui)?;
+    let prep = engine.prepare(&q.text, &ranked)?;
+    for d in &prep.packed.dropped {
+        ui.info(&format!(
+            "note: {}:{}-{} did not fit the context budget",
+            d.path, d.line_start, d.line_end
         ));
     }
+    let (text, n) = engine.render(&prep)?;
+    ui.out(&text)?;
+    ui.info(&format!(
+        "{n} prompt tokens, {} sources",
+        prep.packed.sources.len()
+    ));
+    Ok(Exit::Success)
+}
+
+/// Prints a finished answer (the streamed text has already been shown).
+fn print_answer(settings: &Settings, result: &Answer, o: &AskOptions, ui: &Ui) -> Result<()> {
+    let live = o.stream && !o.json;
     if o.json {
-        ui.json(&result)?;
+        ui.json(result)?;
     } else if o.ndjson {
         ui.json(&serde_json::json!({ "event": "done", "answer": result }))?;
+    } else if result.abstained {
+        ui.outln(ABSTAIN_TEXT)?;
+        ui.info(&format!(
+            "abstained: best similarity {:.2} is below retrieval.min_similarity = {}",
+            result.best_similarity.unwrap_or(f32::NAN),
+            settings.retrieval.min_similarity
+        ));
+        return Ok(());
     } else {
+        if !result.invalid_citations.is_empty() {
+            ui.warn(&format!(
+                "the answer cited {} that no source has; removed from the checked answer",
+                result.invalid_citations.join(", ")
+            ));
+        }
         if live {
             ui.outln("")?;
         } else {
             ui.outln(&result.answer)?;
         }
-        ui.outln("\nSources:")?;
-        for s in &result.sources {
-            let heading = if s.heading.is_empty() {
-                String::new()
-            } else {
-                format!(" — {}", s.heading)
-            };
-            let cited: Vec<&cite::Citation> =
-                result.citations.iter().filter(|c| c.id == s.id).collect();
-            let mark = match (cited.is_empty(), cited.iter().all(|c| c.supported)) {
-                (true, _) => "",
-                (false, true) => "  (cited, supported)",
-                (false, false) => "  (cited, not supported by its text)",
-            };
-            ui.outln(&format!(
-                "  [{}] {}:{}-{}{heading}{mark}",
-                s.id, s.path, s.line_start, s.line_end
-            ))?;
-        }
+        print_evidence(result, ui)?;
+        print_sources(result, ui)?;
+    }
+    if result.abstained {
+        return Ok(());
     }
     if o.stats {
         ui.stderr(&stats_line(&result.timings));
     } else if !o.json && !o.ndjson {
         ui.info(&stats_line(&result.timings));
     }
-    Ok(Exit::Success)
+    Ok(())
 }
 
-fn rate(tokens: usize, ms: f64) -> f64 {
-    if ms > 0.0 {
-        tokens as f64 * 1e3 / ms
-    } else {
-        0.0
+/// The source lines behind the cited sentences, shortened to one line each.
+fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
+    if result.evidence.is_empty() {
+        return Ok(());
     }
+    ui.outln("\nEvidence:")?;
+    for e in &result.evidence {
+        ui.outln(&format!(
+            "  [{}] {}:{}  \"{}\"",
+            e.id,
+            e.path,
+            e.line,
+            snippet(&e.text, 160)
+        ))?;
+    }
+    Ok(())
+}
+
+fn print_sources(result: &Answer, ui: &Ui) -> Result<()> {
+    ui.outln("\nSources:")?;
+    for s in &result.sources {
+        let heading = if s.heading.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", s.heading)
+        };
+        let cited: Vec<&cite::Citation> =
+            result.citations.iter().filter(|c| c.id == s.id).collect();
+        let mark = match (cited.is_empty(), cited.iter().all(|c| c.supported)) {
+            (true, _) => "",
+            (false, true) => "  (cited, supported)",
+            (false, false) => "  (cited, not supported by its text)",
+        };
+        ui.outln(&format!(
+            "  [{}] {}:{}-{}{heading}{mark}",
+            s.id, s.path, s.line_start, s.line_end
+        ))?;
+    }
+    Ok(())
 }
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`

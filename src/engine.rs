@@ -1,0 +1,410 @@
+//! The answering engine: load once, answer many. An [`Answerer`] owns the index, the
+//! embedder and every generator it has loaded, and answers a question by retrieving,
+//! routing, packing, prefilling (with the prompt cache), streaming and checking citations.
+//! It reports what happens as [`Event`]s and returns the checked [`Answer`]; it never
+//! prints an answer itself, so `ask`, `eval` and later front ends share it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::ask::prompt::{self, Packed};
+use crate::ask::{
+    cite, route, should_abstain, stream, window, Answer, Evidence, ModelOut, Query, Retriever,
+    SourceOut, Timings, ABSTAIN_TEXT,
+};
+use crate::config::Settings;
+use crate::llm::{Llm, StopReason, LLAMA_CPP_BUILD};
+use crate::promptcache::PromptCache;
+use crate::retrieve::{Mode, Ranked};
+use crate::store::Hit;
+use crate::ui::Ui;
+
+/// A cached state is worth loading only when it covers at least this many prompt tokens.
+const MIN_CACHED_PREFIX: usize = 32;
+
+/// What happens while a question is answered, in order.
+pub enum Event<'a> {
+    /// A retrieved span that did not fit the context budget.
+    Dropped(&'a Hit),
+    /// The sources packed into the prompt, before generation starts.
+    Retrieved {
+        sources: &'a [SourceOut],
+        retrieval_ms: f64,
+    },
+    /// A piece of the answer as it streams (already loop-guarded and cited).
+    Piece(&'a str),
+}
+
+/// A loaded generator and the SHA-256 of its file (the prompt cache key).
+struct Loaded {
+    path: PathBuf,
+    llm: Llm,
+    sha256: String,
+}
+
+pub struct Answerer<'rt> {
+    settings: Settings,
+    mode: Mode,
+    retriever: Retriever,
+    models: Vec<Loaded>,
+    /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
+    /// context recall), not to generate.
+    vocab_only: bool,
+    rt: &'rt tokio::runtime::Runtime,
+}
+
+/// What the engine decided before generating: the route, the packed prompt and its tokens.
+pub struct Prepared {
+    pub route: route::Route,
+    pub model: usize,
+    pub packed: Packed,
+    /// The best cosine similarity among the retrieved spans (what abstention and routing read).
+    pub best_similarity: Option<f32>,
+}
+
+impl<'rt> Answerer<'rt> {
+    pub fn open(
+        settings: &Settings,
+        mode: Mode,
+        vocab_only: bool,
+        rt: &'rt tokio::runtime::Runtime,
+    ) -> Result<Answerer<'rt>> {
+        Ok(Answerer {
+            settings: settings.clone(),
+            mode,
+            retriever: Retriever::open(settings, mode, rt)?,
+            models: Vec::new(),
+            vocab_only,
+            rt,
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Retrieval only: ranked spans and milliseconds.
+    pub fn retrieve(&mut self, q: &Query, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
+        let mode = q.mode.unwrap_or(self.mode);
+        self.retriever.run(q, mode, ui, self.rt)
+    }
+
+    /// The index of the generator at `path`, loading it on first use.
+    fn model(&mut self, path: &Path) -> Result<usize> {
+        if let Some(i) = self.models.iter().position(|m| m.path == path) {
+            return Ok(i);
+        }
+        let llm = Llm::load(path, self.vocab_only)?;
+        let memo = self.settings.index.dir.join("model-hashes.json");
+        let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
+        self.models.push(Loaded {
+            path: path.to_path_buf(),
+            llm,
+            sha256,
+        });
+        Ok(self.models.len() - 1)
+    }
+
+    /// Routes and packs the prompt for `ranked`, loading the chosen generator.
+    pub fn prepare(&mut self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
+        let best = best_similarity(ranked);
+        let s = &self.settings.llm;
+        let route = route::route(&s.route, best, question, s.large_model.is_file());
+        let path = if route.model == "large" {
+            s.large_model.clone()
+        } else {
+            s.model.clone()
+        };
+        let model = self.model(&path)?;
+        let ranked = self.compress(question, ranked)?;
+        let llm = &self.models[model].llm;
+        let (params, reserve) = window(&self.settings, llm)?;
+        let n_ctx = params.n_ctx as usize;
+        let overhead = llm.chat_tokens(&prompt::messages(&[], question))?.len();
+        let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
+        let packed = prompt::pack(question, &hits, n_ctx - reserve, overhead, &|t| {
+            llm.count_tokens(t)
+        });
+        Ok(Prepared {
+            route,
+            model,
+            packed,
+            best_similarity: best,
+        })
+    }
+
+    /// Each span cut to the sentences closest to the question (`retrieval.compress`).
+    fn compress(&mut self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
+        use crate::ask::compress;
+        let n = self.settings.retrieval.compress;
+        let mut out = ranked.to_vec();
+        if n == 0 {
+            return Ok(out);
+        }
+        let units: Vec<_> = out.iter().map(|r| compress::units(&r.hit.text)).collect();
+        let mut texts = vec![question.to_string()];
+        for (r, u) in out.iter().zip(&units) {
+            texts.extend(u.iter().map(|x| r.hit.text[x.clone()].trim().to_string()));
+        }
+        let Some(vectors) = self.retriever.embed(&texts)? else {
+            return Ok(out);
+        };
+        let mut at = 1;
+        for (r, u) in out.iter_mut().zip(&units) {
+            let sims: Vec<f32> = vectors[at..at + u.len()]
+                .iter()
+                .map(|v| compress::cosine(&vectors[0], v))
+                .collect();
+            at += u.len();
+            if u.len() > n + 1 {
+                let keep = compress::choose(&r.hit.text, u, &sims, n);
+                r.hit.text = compress::compress(&r.hit.text, u, &keep);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The prompt exactly as the generator would read it (`rag ask --dry-run`).
+    pub fn render(&self, p: &Prepared) -> Result<(String, usize)> {
+        let llm = &self.models[p.model].llm;
+        let tokens = llm.chat_tokens(&p.packed.messages)?;
+        Ok((llm.render(&p.packed.messages)?, tokens.len()))
+    }
+
+    /// Answers `q`: retrieve, abstain or route, pack, generate, check.
+    pub fn answer(
+        &mut self,
+        q: &Query,
+        cache: bool,
+        ui: &Ui,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<Answer> {
+        let question = q.text.clone();
+        self.answer_with_question(q, &question, cache, ui, on)
+    }
+
+    /// [`Answerer::answer`] where retrieval reads `q.text` and the prompt asks `question`
+    /// (a follow-up retrieves with its conversation's context but asks what was asked).
+    pub fn answer_with_question(
+        &mut self,
+        q: &Query,
+        question: &str,
+        cache: bool,
+        ui: &Ui,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        let mode = q.mode.unwrap_or(self.mode);
+        let (ranked, retrieval_ms) = self.retrieve(q, ui)?;
+        let mut timings = Timings {
+            retrieval_ms,
+            ..Timings::default()
+        };
+        if should_abstain(&ranked, mode, self.settings.retrieval.min_similarity) {
+            timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
+            return Ok(abstained(question, timings, &ranked));
+        }
+        let prep = self.prepare(question, &ranked)?;
+        for d in &prep.packed.dropped {
+            on(Event::Dropped(d))?;
+        }
+        let sources = sources_out(&prep.packed);
+        on(Event::Retrieved {
+            sources: &sources,
+            retrieval_ms,
+        })?;
+        self.generate(question, prep, sources, timings, started, cache, ui, on)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        question: &str,
+        prep: Prepared,
+        sources: Vec<SourceOut>,
+        mut timings: Timings,
+        started: Instant,
+        cache: bool,
+        ui: &Ui,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<Answer> {
+        let loaded = &self.models[prep.model];
+        let llm = &loaded.llm;
+        let settings = &self.settings;
+        let (params, _) = window(settings, llm)?;
+        let tokens = llm.chat_tokens(&prep.packed.messages)?;
+        let mut session = llm.session(&params)?;
+        let cache = (cache && settings.llm.prompt_cache_mb > 0).then(|| {
+            let n_ctx = params.n_ctx.to_string();
+            PromptCache::new(
+                &settings.index.dir,
+                &[&loaded.sha256, &n_ctx, LLAMA_CPP_BUILD],
+                settings.llm.prompt_cache_mb << 20,
+            )
+        });
+        let ids = crate::llm::ids(&tokens);
+        if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
+            if !session.load_state(&entry.state, &entry.tokens) {
+                ui.warn(&format!(
+                    "ignored a damaged prompt cache entry {}",
+                    entry.state.display()
+                ));
+                if let Some(c) = &cache {
+                    c.discard(&entry.state);
+                }
+            }
+        }
+        let spin = ui.spinner(&format!("reading {} prompt tokens", tokens.len()));
+        let prefill = session.prefill(&tokens)?;
+        spin.finish_and_clear();
+        if let Some(c) = &cache {
+            // Saved before generation, so the state holds exactly the prompt.
+            if let Err(e) = c.store(&ids, |p| session.save_state(p)) {
+                ui.warn(&format!("prompt cache not saved: {e:#}"));
+            }
+        }
+
+        let texts = prep.packed.texts();
+        let mut raw = String::new();
+        let mut write_err = None;
+        let mut answer = stream::AnswerStream::new(&texts, settings.llm.add_citations);
+        let mut decode = session.generate(&settings.sampling(), |piece| {
+            let Some(piece) = answer.push(piece) else {
+                return false;
+            };
+            raw.push_str(&piece);
+            if piece.is_empty() {
+                return true;
+            }
+            match on(Event::Piece(&piece)) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_err = Some(e);
+                    false
+                }
+            }
+        })?;
+        let cut = decode.stop == StopReason::Repetition;
+        if cut {
+            raw = stream::drop_repeat(&raw);
+        }
+        if answer.looped() {
+            decode.stop = StopReason::Repetition;
+        }
+        let rest = answer.finish(&raw, cut);
+        if write_err.is_none() && !rest.is_empty() {
+            if let Err(e) = on(Event::Piece(&rest)) {
+                write_err = Some(e);
+            }
+        }
+        raw.push_str(&rest);
+        if let Some(e) = write_err {
+            return Err(e.into());
+        }
+
+        let prefilled = prefill.prompt_tokens - prefill.cached_tokens;
+        timings.prompt_tokens = prefill.prompt_tokens;
+        timings.cached_tokens = prefill.cached_tokens;
+        timings.prefill_ms = prefill.ms;
+        timings.prefill_tok_per_s = rate(prefilled, prefill.ms);
+        timings.generated_tokens = decode.tokens;
+        timings.decode_ms = decode.ms;
+        timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
+        // From the start of the question: what a person waits for.
+        timings.ttft_ms =
+            timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
+        timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        let checked = cite::check(raw.trim(), &texts);
+        let evidence = evidence(&checked.citations, &sources);
+        Ok(Answer {
+            question: question.to_string(),
+            answer: checked.answer.clone(),
+            sources,
+            citations: checked.citations.clone(),
+            evidence,
+            invalid_citations: checked.invalid.clone(),
+            added_citations: answer.added_citations(),
+            uncited_sentences: checked.uncited.clone(),
+            abstained: false,
+            best_similarity: prep.best_similarity,
+            stop: Some(decode.stop),
+            timings,
+            model: Some(ModelOut {
+                path: llm.path.display().to_string(),
+                sha256: loaded.sha256.clone(),
+                route: prep.route,
+            }),
+        })
+    }
+}
+
+fn rate(tokens: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        tokens as f64 * 1e3 / ms
+    } else {
+        0.0
+    }
+}
+
+fn best_similarity(ranked: &[Ranked]) -> Option<f32> {
+    ranked
+        .iter()
+        .filter_map(|r| r.vector_score)
+        .reduce(f32::max)
+}
+
+/// The quoted line of each supported citation as `path:line`, each line once.
+fn evidence(citations: &[cite::Citation], sources: &[SourceOut]) -> Vec<Evidence> {
+    let mut out: Vec<Evidence> = Vec::new();
+    for c in citations.iter().filter(|c| c.supported) {
+        let (Some((offset, text)), Some(s)) = (&c.quote, sources.iter().find(|s| s.id == c.id))
+        else {
+            continue;
+        };
+        let e = Evidence {
+            id: c.id.clone(),
+            path: s.path.clone(),
+            line: s.line_start + *offset as u32,
+            text: text.clone(),
+        };
+        if !out.contains(&e) {
+            out.push(e);
+        }
+    }
+    out
+}
+
+pub fn sources_out(p: &Packed) -> Vec<SourceOut> {
+    p.sources
+        .iter()
+        .map(|s| SourceOut {
+            id: format!("S{}", s.n),
+            path: s.hit.path.clone(),
+            heading: s.hit.heading.clone(),
+            line_start: s.hit.line_start,
+            line_end: s.hit.line_end,
+            score: s.score,
+        })
+        .collect()
+}
+
+fn abstained(question: &str, timings: Timings, ranked: &[Ranked]) -> Answer {
+    Answer {
+        question: question.to_string(),
+        answer: ABSTAIN_TEXT.to_string(),
+        sources: vec![],
+        citations: vec![],
+        evidence: vec![],
+        invalid_citations: vec![],
+        added_citations: 0,
+        uncited_sentences: vec![],
+        abstained: true,
+        best_similarity: best_similarity(ranked),
+        stop: None,
+        timings,
+        model: None,
+    }
+}

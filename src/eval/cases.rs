@@ -1,0 +1,232 @@
+//! Eval files: a YAML list of cases, parsed with serde_yaml and checked before anything
+//! runs, so a mistake in case 40 is reported at once with its line and column, not after a
+//! minute of retrieval. Owns what "a span from an expected source" means.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use globset::{Glob, GlobMatcher};
+use serde::Deserialize;
+
+use crate::ExitError;
+
+/// One question and what a right answer draws on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Free-form label (howto, symptom, lookup, followup…), reported per kind.
+    #[serde(default)]
+    pub kind: Option<String>,
+    pub question: String,
+    /// File names, paths or globs, each optionally with `:START-END` lines.
+    #[serde(deserialize_with = "one_or_many")]
+    pub expect_sources: Vec<String>,
+    /// Strings a correct answer holds (case-insensitive, whitespace collapsed).
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub answer_contains: Vec<String>,
+    /// Earlier questions of the same conversation, oldest first (follow-up cases).
+    #[serde(default)]
+    pub history: Vec<String>,
+}
+
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
+/// An expected source: which files, and optionally which lines of them.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    pub pattern: String,
+    matcher: Matcher,
+    lines: Option<(u32, u32)>,
+}
+
+#[derive(Debug, Clone)]
+enum Matcher {
+    /// A bare file name: matches that name in any folder.
+    Name(String),
+    /// A path: matches it exactly or as a suffix after a `/`.
+    Path(String),
+    /// A glob; without a `/` it is matched against the file name only.
+    Glob { glob: GlobMatcher, name_only: bool },
+}
+
+impl Expect {
+    pub fn parse(spec: &str) -> Result<Expect, String> {
+        let spec = spec.trim();
+        let (pattern, lines) = match spec.rsplit_once(':') {
+            Some((p, range)) if !p.is_empty() && range.contains('-') => {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                match (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+                    (Ok(a), Ok(b)) if a >= 1 && a <= b => (p, Some((a, b))),
+                    _ => {
+                        return Err(format!(
+                            "`{spec}`: the line range after `:` must be START-END with 1 <= START <= END"
+                        ))
+                    }
+                }
+            }
+            _ => (spec, None),
+        };
+        if pattern.is_empty() {
+            return Err("an empty expected source".into());
+        }
+        let name_only = !pattern.contains('/');
+        let matcher = if pattern.contains(['*', '?', '[', '{']) {
+            let glob = Glob::new(pattern)
+                .map_err(|e| format!("`{pattern}` is not a valid glob: {e}"))?
+                .compile_matcher();
+            Matcher::Glob { glob, name_only }
+        } else if name_only {
+            Matcher::Name(pattern.to_string())
+        } else {
+            Matcher::Path(pattern.trim_start_matches("./").to_string())
+        };
+        Ok(Expect {
+            pattern: spec.to_string(),
+            matcher,
+            lines,
+        })
+    }
+
+    /// Whether the span `path:start-end` comes from this expected source.
+    pub fn matches(&self, path: &str, start: u32, end: u32) -> bool {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let file = match &self.matcher {
+            Matcher::Name(n) => name == n,
+            Matcher::Path(p) => path == p || path.ends_with(&format!("/{p}")),
+            Matcher::Glob { glob, name_only } => {
+                if *name_only {
+                    glob.is_match(name)
+                } else {
+                    glob.is_match(path)
+                        || path
+                            .char_indices()
+                            .filter(|&(_, c)| c == '/')
+                            .any(|(i, _)| glob.is_match(&path[i + 1..]))
+                }
+            }
+        };
+        file && self.lines.is_none_or(|(a, b)| start <= b && a <= end)
+    }
+}
+
+/// A case with its expectations compiled.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub case: Case,
+    /// `id`, or `case N` (from 1) when the file gives none.
+    pub id: String,
+    pub expect: Vec<Expect>,
+}
+
+/// Reads and checks an eval file. Errors exit 2 and name the file, and the line and column
+/// for YAML errors, or the case for a bad value.
+pub fn load(path: &Path) -> Result<Vec<Compiled>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the eval file {}", path.display()))
+        .map_err(|e| ExitError::usage(format!("{e:#}")))?;
+    parse(&text).map_err(|e| ExitError::usage(format!("{}:{e}", path.display())))
+}
+
+/// [`load`] on text; errors start with `LINE:COLUMN: ` when YAML gives a position.
+pub fn parse(text: &str) -> Result<Vec<Compiled>, String> {
+    let cases: Vec<Case> = serde_yaml::from_str(text).map_err(|e| match e.location() {
+        Some(l) => format!("{}:{}: {e}", l.line(), l.column()),
+        None => format!(" {e}"),
+    })?;
+    if cases.is_empty() {
+        return Err(
+            " no cases: the file must be a YAML list of cases with `question` and `expect_sources`"
+                .into(),
+        );
+    }
+    let mut out = Vec::with_capacity(cases.len());
+    let mut ids = std::collections::HashSet::new();
+    for (i, case) in cases.into_iter().enumerate() {
+        let id = case.id.clone().unwrap_or_else(|| format!("case {}", i + 1));
+        let bad = |what: String| format!(" case {} ({id}): {what}", i + 1);
+        if case.question.trim().is_empty() {
+            return Err(bad("`question` is empty".into()));
+        }
+        if case.expect_sources.is_empty() {
+            return Err(bad(
+                "`expect_sources` is empty: name at least one file".into()
+            ));
+        }
+        if case.answer_contains.iter().any(|s| s.trim().is_empty()) {
+            return Err(bad("`answer_contains` holds an empty string".into()));
+        }
+        if !ids.insert(id.clone()) {
+            return Err(bad("this id is used by an earlier case".into()));
+        }
+        let expect = case
+            .expect_sources
+            .iter()
+            .map(|s| Expect::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        out.push(Compiled { case, id, expect });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_errors_carry_line_and_column() {
+        let e = parse("- question: a\n  expect_sources: [x.md]\n- question: [b\n").unwrap_err();
+        assert!(e.starts_with("3:"), "{e}");
+        let e = parse("- question: a\n  expect_source: x.md\n").unwrap_err();
+        assert!(e.starts_with("2:3:") && e.contains("expect_source"), "{e}");
+        let e = parse("- question: a\n").unwrap_err();
+        assert!(e.contains("expect_sources"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_case() {
+        let e = parse("- question: ' '\n  expect_sources: a.md\n").unwrap_err();
+        assert!(e.contains("case 1") && e.contains("question"), "{e}");
+        let e = parse("- id: q\n  question: a\n  expect_sources: ['a.md:9-3']\n").unwrap_err();
+        assert!(e.contains("case 1 (q)") && e.contains("START-END"), "{e}");
+        let e = parse(
+            "- id: q\n  question: a\n  expect_sources: a\n- id: q\n  question: b\n  expect_sources: b\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("case 2 (q)"), "{e}");
+        assert!(parse("[]").unwrap_err().contains("no cases"));
+    }
+
+    #[test]
+    fn expected_sources_match_names_paths_globs_and_lines() {
+        let m = |spec: &str, path: &str, a: u32, b: u32| {
+            Expect::parse(spec).unwrap().matches(path, a, b)
+        };
+        assert!(m("pragma.html", "docs/pragma.html", 1, 5));
+        assert!(!m("pragma.html", "docs/xpragma.html", 1, 5));
+        assert!(m("docs/pragma.html", "docs/pragma.html", 1, 5));
+        assert!(m("docs/pragma.html", "site/docs/pragma.html", 1, 5));
+        assert!(!m("docs/pragma.html", "mydocs/pragma.html", 1, 5));
+        assert!(m("lang_*.html", "sqlite/lang_select.html", 1, 5));
+        assert!(!m("lang_*.html", "sqlite/pragma.html", 1, 5));
+        assert!(m("docs/**/*.md", "docs/a/b/c.md", 1, 5));
+        assert!(m("a.md:10-20", "a.md", 18, 30));
+        assert!(!m("a.md:10-20", "a.md", 21, 30));
+        let one = parse("- question: q\n  expect_sources: a.md\n  answer_contains: x\n").unwrap();
+        assert_eq!(one[0].case.answer_contains, vec!["x"]);
+        assert_eq!(one[0].id, "case 1");
+    }
+}

@@ -1,0 +1,486 @@
+//! `rag eval FILE.yaml`: retrieval and answer quality on a set of questions with known
+//! sources, measured with the same engine `rag ask` uses, loaded once for the whole run.
+//! [`cases`] reads the file, [`metrics`] scores one case, [`report`] summarises, gates and
+//! formats; this module runs the cases and hands the result to the printer.
+
+pub mod cases;
+pub mod metrics;
+pub mod report;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::ask::{Answer, Query};
+use crate::config::Settings;
+use crate::engine::Answerer;
+use crate::retrieve::{Mode, Ranked};
+use crate::ui::Ui;
+use crate::{Exit, ExitError};
+use cases::Compiled;
+use report::{AnswerSummary, Failure, JunitCase, ModeSummary};
+
+pub struct EvalOptions {
+    pub file: PathBuf,
+    /// Retrieval modes to measure; the first is the one `ask` uses and gates read.
+    pub modes: Vec<Mode>,
+    pub answers: bool,
+    pub json: bool,
+    pub junit: Option<PathBuf>,
+    pub save_json: Option<PathBuf>,
+    pub baseline: Option<PathBuf>,
+    pub max_regression: Option<f64>,
+    pub min: Option<String>,
+    pub verbose: bool,
+    /// Top-k, filter: the retrieval settings of `ask`.
+    pub query: Query,
+}
+
+/// What one case gave in one retrieval mode.
+#[derive(Debug, Clone, Serialize)]
+struct CaseMode {
+    /// Rank (from 1) of the first span from an expected source within the top 10.
+    first_hit: Option<usize>,
+    /// Paths of the top 5 spans.
+    top: Vec<String>,
+    /// Whether every answer string is in the packed context (None without strings).
+    context_has_answer: Option<bool>,
+    prompt_tokens: usize,
+    #[serde(skip)]
+    ranking: metrics::Ranking,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct CaseAnswer {
+    text: String,
+    keywords: Option<bool>,
+    abstained: bool,
+    refusal: bool,
+    citations_supported: usize,
+    citations_correct: usize,
+    uncited: usize,
+    prompt_tokens: usize,
+    ttft_ms: f64,
+    decode_tok_per_s: f64,
+    model: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct CaseResult {
+    id: String,
+    kind: Option<String>,
+    question: String,
+    retrieval: BTreeMap<String, CaseMode>,
+    answer: Option<CaseAnswer>,
+}
+
+#[derive(Debug, Serialize)]
+struct EvalReport {
+    file: String,
+    cases: usize,
+    top_k: usize,
+    modes: BTreeMap<String, ModeSummary>,
+    answers: Option<AnswerSummary>,
+    metrics: BTreeMap<String, f64>,
+    deltas: Option<BTreeMap<String, f64>>,
+    failures: Vec<Failure>,
+    elapsed_ms: f64,
+    results: Vec<CaseResult>,
+}
+
+fn mode_name(m: Mode) -> String {
+    format!("{m:?}").to_lowercase()
+}
+
+/// The retrieval query for a case: a follow-up carries the earlier questions' context.
+fn query_text(c: &Compiled) -> String {
+    crate::ask::followup_query(&c.case.history, &c.case.question)
+}
+
+pub fn run(
+    settings: &Settings,
+    o: &EvalOptions,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
+    let started = Instant::now();
+    let cases = cases::load(&o.file)?;
+    let main = o.modes.first().copied().unwrap_or(Mode::Hybrid);
+    let floors = match &o.min {
+        Some(spec) => report::parse_floors(spec, &mode_name(main)).map_err(ExitError::usage)?,
+        None => vec![],
+    };
+    if o.max_regression
+        .is_some_and(|x| !(x.is_finite() && x >= 0.0))
+    {
+        return Err(ExitError::usage(
+            "--max-regression must be a number of 0 or more (for example 0.02)".into(),
+        ));
+    }
+    let baseline = o.baseline.as_ref().map(|p| load_baseline(p)).transpose()?;
+    let needs_vectors = o.modes.iter().any(|m| *m != Mode::Text);
+    let engine_mode = if needs_vectors {
+        Mode::Hybrid
+    } else {
+        Mode::Text
+    };
+    let mut engine = Answerer::open(settings, engine_mode, !o.answers, rt)?;
+
+    let steps = cases.len() * (o.modes.len() + usize::from(o.answers));
+    let bar = ui.progress(steps as u64, "eval");
+    let mut results = Vec::with_capacity(cases.len());
+    for c in &cases {
+        let mut per_mode = BTreeMap::new();
+        for &mode in &o.modes {
+            per_mode.insert(
+                mode_name(mode),
+                retrieval_case(&mut engine, c, mode, o, ui)?,
+            );
+            bar.inc(1);
+        }
+        let answer = if o.answers {
+            let a = answer_case(&mut engine, c, main, o, ui)?;
+            bar.inc(1);
+            Some(a)
+        } else {
+            None
+        };
+        results.push(CaseResult {
+            id: c.id.clone(),
+            kind: c.case.kind.clone(),
+            question: c.case.question.clone(),
+            retrieval: per_mode,
+            answer,
+        });
+    }
+    bar.finish_and_clear();
+
+    let modes: BTreeMap<String, ModeSummary> = o
+        .modes
+        .iter()
+        .map(|&m| (mode_name(m), summarise_mode(&results, &mode_name(m))))
+        .collect();
+    let answers = o.answers.then(|| summarise_answers(&results));
+    let flat = report::flatten(&modes, answers.as_ref());
+    let deltas = baseline.as_ref().map(|b| report::deltas(&flat, b));
+    let failures = report::gates(&flat, &floors, baseline.as_ref(), o.max_regression);
+    let out = EvalReport {
+        file: o.file.display().to_string(),
+        cases: cases.len(),
+        top_k: o.query.top_k,
+        modes,
+        answers,
+        metrics: flat,
+        deltas,
+        failures,
+        elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        results,
+    };
+    if let Some(path) = &o.junit {
+        let xml = report::junit(&junit_suites(&out, &cases, main), out.elapsed_ms / 1e3);
+        std::fs::write(path, xml)
+            .with_context(|| format!("writing the JUnit file {}", path.display()))?;
+    }
+    if let Some(path) = &o.save_json {
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing the JSON report {}", path.display()))?;
+    }
+    print(&out, o, &cases, main, ui)?;
+    Ok(if out.failures.is_empty() {
+        Exit::Success
+    } else {
+        Exit::QualityGate
+    })
+}
+
+fn retrieval_case(
+    engine: &mut Answerer,
+    c: &Compiled,
+    mode: Mode,
+    o: &EvalOptions,
+    ui: &Ui,
+) -> Result<CaseMode> {
+    let text = query_text(c);
+    let q = |k: usize| Query {
+        text: text.clone(),
+        mode: Some(mode),
+        top_k: k,
+        filter: o.query.filter.clone(),
+        verbose: false,
+    };
+    let (ranked10, _) = engine.retrieve(&q(10), ui)?;
+    let matches: Vec<Option<usize>> = ranked10.iter().map(|r| matched(c, r)).collect();
+    let ranking = metrics::ranking(&matches, c.expect.len());
+    // The context `ask` would pack: its own top-k (retrieved again when it is not 10, since
+    // the candidate pool depends on k).
+    let ranked_k = if o.query.top_k == 10 {
+        ranked10.clone()
+    } else {
+        engine.retrieve(&q(o.query.top_k), ui)?.0
+    };
+    let prep = engine.prepare(&c.case.question, &ranked_k)?;
+    let context: String = prep
+        .packed
+        .sources
+        .iter()
+        .map(|s| s.hit.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(CaseMode {
+        first_hit: matches.iter().position(Option::is_some).map(|i| i + 1),
+        top: ranked10
+            .iter()
+            .take(5)
+            .map(|r| r.hit.path.clone())
+            .collect(),
+        context_has_answer: metrics::contains_all(&context, &c.case.answer_contains),
+        prompt_tokens: prep.packed.prompt_tokens,
+        ranking,
+    })
+}
+
+/// Which expected source (index) the span comes from, if any.
+fn matched(c: &Compiled, r: &Ranked) -> Option<usize> {
+    c.expect
+        .iter()
+        .position(|e| e.matches(&r.hit.path, r.hit.line_start, r.hit.line_end))
+}
+
+fn answer_case(
+    engine: &mut Answerer,
+    c: &Compiled,
+    mode: Mode,
+    o: &EvalOptions,
+    ui: &Ui,
+) -> Result<CaseAnswer> {
+    let q = Query {
+        text: query_text(c),
+        mode: Some(mode),
+        top_k: o.query.top_k,
+        filter: o.query.filter.clone(),
+        verbose: false,
+    };
+    let a: Answer =
+        engine.answer_with_question(&q, &c.case.question, false, ui, &mut |_| Ok(()))?;
+    let supported: Vec<&crate::ask::SourceOut> = a
+        .citations
+        .iter()
+        .filter(|x| x.supported)
+        .filter_map(|x| a.sources.iter().find(|s| s.id == x.id))
+        .collect();
+    let correct = supported
+        .iter()
+        .filter(|s| {
+            c.expect
+                .iter()
+                .any(|e| e.matches(&s.path, s.line_start, s.line_end))
+        })
+        .count();
+    Ok(CaseAnswer {
+        keywords: if a.abstained {
+            (!c.case.answer_contains.is_empty()).then_some(false)
+        } else {
+            metrics::contains_all(&a.answer, &c.case.answer_contains)
+        },
+        refusal: !a.abstained && metrics::is_refusal(&a.answer),
+        abstained: a.abstained,
+        citations_supported: supported.len(),
+        citations_correct: correct,
+        uncited: a.uncited_sentences.len(),
+        prompt_tokens: a.timings.prompt_tokens,
+        ttft_ms: a.timings.ttft_ms,
+        decode_tok_per_s: a.timings.decode_tok_per_s,
+        model: a.model.as_ref().map(|m| {
+            std::path::Path::new(&m.path)
+                .file_name()
+                .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned())
+        }),
+        text: a.answer,
+    })
+}
+
+fn summarise_mode(results: &[CaseResult], mode: &str) -> ModeSummary {
+    let per: Vec<&CaseMode> = results
+        .iter()
+        .filter_map(|r| r.retrieval.get(mode))
+        .collect();
+    let avg = |f: &dyn Fn(&metrics::Ranking) -> f64| {
+        metrics::mean(per.iter().map(|m| Some(f(&m.ranking)))).unwrap_or(0.0)
+    };
+    let tokens: Vec<f64> = per.iter().map(|m| m.prompt_tokens as f64).collect();
+    ModeSummary {
+        hit1: avg(&|r| r.hit1),
+        hit5: avg(&|r| r.hit5),
+        hit10: avg(&|r| r.hit10),
+        mrr10: avg(&|r| r.mrr10),
+        ndcg10: avg(&|r| r.ndcg10),
+        context_recall: metrics::mean(
+            per.iter()
+                .map(|m| m.context_has_answer.map(|b| f64::from(u8::from(b)))),
+        ),
+        prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
+    }
+}
+
+fn summarise_answers(results: &[CaseResult]) -> AnswerSummary {
+    let answers: Vec<&CaseAnswer> = results.iter().filter_map(|r| r.answer.as_ref()).collect();
+    let answered: Vec<&&CaseAnswer> = answers.iter().filter(|a| !a.abstained).collect();
+    let flag = |b: bool| Some(f64::from(u8::from(b)));
+    let supported: usize = answers.iter().map(|a| a.citations_supported).sum();
+    let correct: usize = answers.iter().map(|a| a.citations_correct).sum();
+    let series =
+        |f: &dyn Fn(&CaseAnswer) -> f64| -> Vec<f64> { answered.iter().map(|a| f(a)).collect() };
+    let tokens = series(&|a| a.prompt_tokens as f64);
+    let ttft = series(&|a| a.ttft_ms);
+    let decode = series(&|a| a.decode_tok_per_s);
+    let mut models: Vec<String> = answers.iter().filter_map(|a| a.model.clone()).collect();
+    models.sort();
+    models.dedup();
+    AnswerSummary {
+        model: if models.is_empty() {
+            "none".into()
+        } else {
+            models.join(" + ")
+        },
+        keywords: metrics::mean(
+            answers
+                .iter()
+                .map(|a| a.keywords.map(|b| f64::from(u8::from(b)))),
+        ),
+        citations: (supported > 0).then(|| correct as f64 / supported as f64),
+        abstained: metrics::mean(answers.iter().map(|a| flag(a.abstained))).unwrap_or(0.0),
+        false_refusals: metrics::mean(answered.iter().map(|a| flag(a.refusal))),
+        uncited_per_answer: metrics::mean(answered.iter().map(|a| Some(a.uncited as f64))),
+        prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
+        prompt_tokens_p95: metrics::percentile(&tokens, 95.0),
+        ttft_ms_p50: metrics::percentile(&ttft, 50.0),
+        ttft_ms_p95: metrics::percentile(&ttft, 95.0),
+        decode_tok_per_s_p50: metrics::percentile(&decode, 50.0),
+        decode_tok_per_s_p95: metrics::percentile(&decode, 95.0),
+    }
+}
+
+/// The `metrics` of an earlier `rag eval --json` run.
+fn load_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the baseline {}", path.display()))
+        .map_err(|e| ExitError::usage(format!("{e:#}")))?;
+    #[derive(serde::Deserialize)]
+    struct Old {
+        metrics: BTreeMap<String, f64>,
+    }
+    let old: Old = serde_json::from_str(&text).map_err(|e| {
+        ExitError::usage(format!(
+            "{}: not the output of `rag eval --json` ({e}); make one with `rag eval --json FILE > {}`",
+            path.display(),
+            path.display()
+        ))
+    })?;
+    Ok(old.metrics)
+}
+
+fn junit_suites(r: &EvalReport, cases: &[Compiled], main: Mode) -> Vec<(String, Vec<JunitCase>)> {
+    let mut suites = Vec::new();
+    for mode in r.modes.keys() {
+        let list = r
+            .results
+            .iter()
+            .zip(cases)
+            .map(|(res, c)| JunitCase {
+                name: res.id.clone(),
+                failure: res.retrieval.get(mode).and_then(|m| {
+                    (m.ranking.hit5 < 1.0).then(|| {
+                        format!(
+                            "no span of {} in the top 5 (got {})",
+                            c.case.expect_sources.join(", "),
+                            m.top.join(", ")
+                        )
+                    })
+                }),
+            })
+            .collect();
+        suites.push((format!("retrieval.{mode}"), list));
+    }
+    if r.answers.is_some() {
+        let list = r
+            .results
+            .iter()
+            .zip(cases)
+            .map(|(res, c)| JunitCase {
+                name: res.id.clone(),
+                failure: res.answer.as_ref().and_then(|a| {
+                    if a.keywords == Some(false) {
+                        Some(format!(
+                            "the answer lacks {:?}: {}",
+                            c.case.answer_contains, a.text
+                        ))
+                    } else if a.refusal {
+                        Some(format!("the model declined: {}", a.text))
+                    } else {
+                        None
+                    }
+                }),
+            })
+            .collect();
+        suites.push((format!("answers.{}", mode_name(main)), list));
+    }
+    let gates = r
+        .failures
+        .iter()
+        .map(|f| JunitCase {
+            name: f.metric.clone(),
+            failure: Some(f.message.clone()),
+        })
+        .collect::<Vec<_>>();
+    suites.push(("gates".to_string(), gates));
+    suites
+}
+
+fn print(r: &EvalReport, o: &EvalOptions, cases: &[Compiled], main: Mode, ui: &Ui) -> Result<()> {
+    if o.json {
+        return ui.json(r);
+    }
+    if o.verbose {
+        let mode = mode_name(main);
+        for (res, c) in r.results.iter().zip(cases) {
+            let m = &res.retrieval[&mode];
+            if m.ranking.hit5 < 1.0 || m.context_has_answer == Some(false) {
+                ui.stderr(&format!(
+                    "miss {}: {} | expected {} | top {} | context {}",
+                    res.id,
+                    res.question,
+                    c.case.expect_sources.join(", "),
+                    m.top.join(", "),
+                    m.context_has_answer
+                        .map_or("-", |b| if b { "has it" } else { "lacks it" })
+                ));
+            }
+            if let Some(a) = &res.answer {
+                if a.keywords == Some(false) || a.refusal {
+                    ui.stderr(&format!("wrong {}: {} → {}", res.id, res.question, a.text));
+                }
+            }
+        }
+    }
+    ui.outln(&format!(
+        "{}: {} cases, top_k {}, {:.1} s",
+        r.file,
+        r.cases,
+        r.top_k,
+        r.elapsed_ms / 1e3
+    ))?;
+    let order: Vec<String> = o.modes.iter().map(|&m| mode_name(m)).collect();
+    ui.out(&report::table(
+        &r.modes,
+        &order,
+        r.answers.as_ref(),
+        r.deltas.as_ref(),
+    ))?;
+    for f in &r.failures {
+        ui.outln(&format!("FAIL {}", f.message))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! `rag eval` end to end: the quality gate CI runs on eval/corpus.yaml, thresholds and
+//! baselines deciding the exit code, the JUnit file, bad eval files, and --answers.
+
+use crate::support::{copy_dir, repo, Project};
+
+fn corpus_project() -> Project {
+    let p = Project::empty();
+    copy_dir(&repo().join("corpus"), &p.path().join("corpus"));
+    p.json(&["ingest", "--json", "corpus"]);
+    p
+}
+
+/// (tests, failures) of a JUnit file, parsed by Python's XML parser: a malformed file fails.
+fn junit_counts(path: &std::path::Path) -> (u64, u64) {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); \
+             assert r.tag == 'testsuites'; \
+             n = sum(1 for _ in r.iter('testcase')); f = sum(1 for _ in r.iter('failure')); \
+             assert int(r.get('tests')) == n and int(r.get('failures')) == f; print(n, f)",
+        ])
+        .arg(path)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+#[test]
+fn the_corpus_set_passes_its_floors_and_hybrid_is_never_worse() {
+    let p = corpus_project();
+    let set = repo().join("eval/corpus.yaml");
+    let set = set.to_str().unwrap();
+    let junit = p.path().join("eval.xml");
+    let (code, out, err) = p.run(&[
+        "eval",
+        "--json",
+        "--min",
+        "hit@5=0.9,hit@1=0.75,context_recall=0.8",
+        "--junit",
+        junit.to_str().unwrap(),
+        set,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let m = &v["metrics"];
+    for metric in ["hit@1", "hit@5", "hit@10", "mrr@10", "ndcg@10"] {
+        let h = m[format!("hybrid.{metric}")].as_f64().unwrap();
+        let best = m[format!("vector.{metric}")]
+            .as_f64()
+            .unwrap()
+            .max(m[format!("text.{metric}")].as_f64().unwrap());
+        eprintln!("{metric}: hybrid {h:.3}, best single {best:.3}");
+        assert!(
+            h + 1e-9 >= best.min(1.0) - 0.07,
+            "hybrid {metric} {h} vs {best}: {m}"
+        );
+    }
+    assert_eq!(v["results"].as_array().unwrap().len(), 16);
+    // One suite per mode (16 cases each) and an empty gates suite.
+    assert_eq!(junit_counts(&junit).0, 48);
+
+    // A floor above what the set reaches fails with exit 8, named in the table and JUnit.
+    let (code, out, _) = p.run(&[
+        "eval",
+        "--min",
+        "hit@1=1.01",
+        "--junit",
+        junit.to_str().unwrap(),
+        set,
+    ]);
+    assert_eq!(code, 8, "{out}");
+    assert!(out.contains("FAIL hybrid.hit@1"), "{out}");
+    let (_, failures) = junit_counts(&junit);
+    assert!(failures >= 1);
+
+    // A baseline equal to this run passes with no change; one that was better fails.
+    let base = p.path().join("base.json");
+    std::fs::write(&base, out_json(&p, set)).unwrap();
+    let (code, out, err) = p.run(&[
+        "eval",
+        "--baseline",
+        base.to_str().unwrap(),
+        "--max-regression",
+        "0.02",
+        set,
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("(=)"), "{out}");
+    let mut better: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    better["metrics"]["text.mrr@10"] = serde_json::json!(2.0);
+    std::fs::write(&base, better.to_string()).unwrap();
+    let (code, out, _) = p.run(&[
+        "eval",
+        "--baseline",
+        base.to_str().unwrap(),
+        "--max-regression",
+        "0.02",
+        set,
+    ]);
+    assert_eq!(code, 8, "{out}");
+    assert!(out.contains("FAIL text.mrr@10 went from 2.000"), "{out}");
+}
+
+fn out_json(p: &Project, set: &str) -> String {
+    let (code, out, err) = p.run(&["eval", "--json", set]);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+#[test]
+fn bad_eval_files_are_usage_errors_with_positions() {
+    let p = Project::with_docs();
+    p.ingest();
+    let file = p.path().join("bad.yaml");
+    std::fs::write(
+        &file,
+        "- question: a\n  expect_sources: [docs/a.md]\n- question: b\n  expected: x\n",
+    )
+    .unwrap();
+    let (code, _, err) = p.run(&["eval", "bad.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("bad.yaml:4:3:") && err.contains("expected"),
+        "{err}"
+    );
+    let (code, _, err) = p.run(&["eval", "missing.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("missing.yaml"), "{err}");
+    let (code, _, err) = p.run(&["eval", "--min", "recall=0.5", "bad.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    std::fs::write(&file, "- question: a\n  expect_sources: [docs/a.md]\n").unwrap();
+    let (code, _, err) = p.run(&["eval", "--min", "recall=0.5", "bad.yaml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unknown metric"), "{err}");
+}
+
+#[test]
+fn answers_are_scored_with_the_real_model() {
+    let p = Project::with_docs();
+    p.ingest();
+    std::fs::write(
+        p.path().join("set.yaml"),
+        "- id: flux\n  question: How fast does the flux regulator aboard Orbital Station Meridian hum?\n  expect_sources: orbital-station.md\n  answer_contains: ['1742']\n\
+         - id: off-topic\n  question: What is the capital of Mongolia?\n  expect_sources: nothing.md\n",
+    )
+    .unwrap();
+    let (code, out, err) = p.run(&["eval", "--answers", "--json", "-k", "3", "set.yaml"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let flux = &v["results"][0]["answer"];
+    assert!(flux["text"].as_str().unwrap().contains("1742"), "{v}");
+    assert_eq!(flux["keywords"], true, "{v}");
+    assert!(flux["citations_correct"].as_u64().unwrap() >= 1, "{v}");
+    assert_eq!(v["results"][1]["answer"]["abstained"], true, "{v}");
+    let a = &v["answers"];
+    assert_eq!(a["keywords"], 1.0, "{v}");
+    assert_eq!(a["abstained"], 0.5, "{v}");
+    assert_eq!(a["citations"], 1.0, "{v}");
+    assert!(a["ttft_ms_p50"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["metrics"]["answers.keywords"].as_f64().is_some(), "{v}");
+}
