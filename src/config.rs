@@ -82,8 +82,8 @@ pub struct RetrievalSettings {
     pub text_weight: f32,
     /// Candidates each retriever returns before fusion (at least 2 × top_k).
     pub candidates: usize,
-    /// Document-level signal: each chunk's fused score gains this share of the fused scores
-    /// of the other candidates from its file (0 = plain fusion).
+    /// Document-level signal: each chunk's fused score gains this share of the fused score
+    /// of the best other candidate from its file (0 = plain fusion).
     pub file_weight: f32,
     /// The best this-many spans are widened with the chunk before and after them in their
     /// file, so a fact split across a chunk boundary reaches the prompt whole (0 = off).

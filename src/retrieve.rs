@@ -85,13 +85,22 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
     }
     let mut out: Vec<Ranked> = by_id.into_values().collect();
     if f.file_weight > 0.0 {
-        let mut per_file: HashMap<String, f32> = HashMap::new();
+        // The best two scores of each file: a chunk gains from the best *other* chunk of its
+        // file. (A sum over all of them was tried first: long pages with many mediocre
+        // chunks then won every question.)
+        let mut top2: HashMap<String, (f32, f32)> = HashMap::new();
         for r in &out {
-            *per_file.entry(r.hit.path.clone()).or_default() += r.score;
+            let t = top2.entry(r.hit.path.clone()).or_insert((0.0, 0.0));
+            if r.score > t.0 {
+                *t = (r.score, t.0);
+            } else if r.score > t.1 {
+                t.1 = r.score;
+            }
         }
         for r in &mut out {
-            let others = per_file[&r.hit.path] - r.score;
-            r.score += f.file_weight * others;
+            let (first, second) = top2[&r.hit.path];
+            let other = if r.score >= first { second } else { first };
+            r.score += f.file_weight * other;
         }
     }
     let best = |r: &Ranked| {
@@ -232,7 +241,20 @@ pub async fn retrieve(
     let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
     ranked.truncate(k);
     for r in ranked.iter_mut().take(fusion.neighbors) {
-        let chunks = store.file_chunks(&r.hit.path).await?;
+        let chunks: Vec<Hit> = store
+            .chunks_of(&r.hit.path)
+            .await?
+            .into_iter()
+            .map(|c| Hit {
+                id: String::new(),
+                path: r.hit.path.clone(),
+                heading: c.heading,
+                line_start: c.line_start,
+                line_end: c.line_end,
+                text: c.text,
+                score: 0.0,
+            })
+            .collect();
         widen(&mut r.hit, &chunks);
     }
     Ok(merge_adjacent(ranked))
@@ -293,7 +315,7 @@ mod tests {
         let v = [b.clone(), a1.clone(), a2.clone()];
         let t = [b.clone(), a2.clone(), a1.clone()];
         assert_eq!(fuse(&v, &t, F)[0].hit.id, "b");
-        // With the file signal, a1 gains a2's score: 2/62 + 2/63 + w·(…) beats 2/61.
+        // With the file signal, a1 gains a2's score (its file's best other chunk).
         let f = Fusion {
             file_weight: 0.5,
             ..F

@@ -559,28 +559,6 @@ impl Store {
         hits(&batches, "_distance", |d| 1.0 - d)
     }
 
-    /// Every chunk of one file (score 0), in no particular order: the neighbours a span is
-    /// widened with.
-    pub async fn file_chunks(&self, path: &str) -> Result<Vec<Hit>> {
-        let batches: Vec<RecordBatch> = self
-            .chunks
-            .query()
-            .only_if(format!("path = {}", sql_str(path)))
-            .select(Select::columns(&[
-                "id",
-                "path",
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-            ]))
-            .execute()
-            .await?
-            .try_collect()
-            .await?;
-        hits(&batches, "", |s| s)
-    }
-
     /// Best chunks by BM25 over the text.
     pub async fn text_search(
         &self,
@@ -629,11 +607,7 @@ fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) ->
         let ls = col("line_start")?.as_primitive::<UInt32Type>();
         let le = col("line_end")?.as_primitive::<UInt32Type>();
         let text = col("text")?.as_string::<i32>();
-        let sc = if score_col.is_empty() {
-            None
-        } else {
-            Some(col(score_col)?.as_primitive::<Float32Type>())
-        };
+        let sc = col(score_col)?.as_primitive::<Float32Type>();
         for i in 0..b.num_rows() {
             out.push(Hit {
                 id: id.value(i).to_string(),
@@ -642,9 +616,10 @@ fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) ->
                 line_start: ls.value(i),
                 line_end: le.value(i),
                 text: text.value(i).to_string(),
-                score: match sc {
-                    Some(sc) if !sc.is_null(i) => score(sc.value(i)),
-                    _ => 0.0,
+                score: if sc.is_null(i) {
+                    0.0
+                } else {
+                    score(sc.value(i))
                 },
             });
         }

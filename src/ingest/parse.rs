@@ -95,7 +95,10 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
     let text = text.replace("\r\n", "\n");
     let (text, title, tags) = match format {
         Format::Markdown => front_matter(&text, &mut warnings),
-        Format::Html => (html_text(&text), None, vec![]),
+        Format::Html => {
+            let (body, title) = html_text(&text);
+            (body, title, vec![])
+        }
         Format::Rst => (underlined_headings(&text), None, vec![]),
         Format::AsciiDoc => (asciidoc_headings(&text), None, vec![]),
         Format::Text | Format::Code | Format::Pdf => (text, None, vec![]),
@@ -218,11 +221,35 @@ fn asciidoc_headings(text: &str) -> String {
         .join("\n")
 }
 
-/// HTML: the visible text, one block per line, headings as Markdown headings. Scripts,
-/// styles, navigation, headers, footers and forms are dropped.
-fn html_text(html: &str) -> String {
-    use scraper::{Html, Node};
+/// Whether an element is site chrome rather than content, by the names documentation
+/// generators give it: `class="mainmenu"`, `id="sidebar"`, `fancy_toc`, `md-nav`,
+/// `sphinxsidebar`, `role="navigation"`. On SQLite's pages the menu and the table of
+/// contents otherwise open the first chunk of every page with the same forty words.
+fn is_chrome(e: &scraper::node::Element) -> bool {
+    const ENDINGS: &[&str] = &["nav", "navbar", "navigation", "menu", "sidebar", "toc", "breadcrumb", "breadcrumbs"];
+    if e.attr("role").is_some_and(|r| r.eq_ignore_ascii_case("navigation")) {
+        return true;
+    }
+    let names = e.attr("class").into_iter().chain(e.attr("id"));
+    names
+        .flat_map(|v| v.split(|c: char| c.is_whitespace() || c == '-' || c == '_'))
+        .map(|t| t.trim_end_matches(|c: char| c.is_ascii_digit()).to_ascii_lowercase())
+        .any(|t| t == "nosearch" || ENDINGS.iter().any(|end| t.ends_with(end)))
+}
+
+/// HTML: the visible text, one block per line, headings as Markdown headings, and the
+/// `<title>`. Scripts, styles, navigation, menus, tables of contents, headers, footers and
+/// forms are dropped.
+fn html_text(html: &str) -> (String, Option<String>) {
+    use scraper::{Html, Node, Selector};
     let doc = Html::parse_document(html);
+    let title = Selector::parse("title").ok().and_then(|sel| {
+        doc.select(&sel)
+            .next()
+            .map(|t| t.text().collect::<Vec<_>>().join(" "))
+            .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|t| !t.is_empty())
+    });
     let mut out = String::new();
     fn walk(node: ego_tree::NodeRef<'_, Node>, out: &mut String) {
         for child in node.children() {
@@ -250,7 +277,8 @@ fn html_text(html: &str) -> String {
                             | "form"
                             | "svg"
                             | "head"
-                    ) {
+                    ) || is_chrome(e)
+                    {
                         continue;
                     }
                     let heading = match name {
@@ -298,7 +326,7 @@ fn html_text(html: &str) -> String {
         }
     }
     walk(doc.tree.root(), &mut out);
-    out
+    (out, title)
 }
 
 /// PDF text with pdf-extract (pure Rust). It is known to panic on some malformed files; a
@@ -350,7 +378,11 @@ mod tests {
             "{}",
             d.text
         );
-        let h = parse("a.html", b"<html><head><title>t</title><script>x()</script></head><body><nav>menu</nav><h2>Part</h2><p>Hello <b>world</b></p></body></html>").unwrap();
+        let h = parse("a.html", b"<html><head><title>The  Title</title><script>x()</script></head><body><nav>menu</nav><div class=\"menu mainmenu\">Home About</div><div class=fancy-toc1>1. Intro</div><ul id=sidebar><li>Other</li></ul><h2>Part</h2><p>Hello <b>world</b></p></body></html>").unwrap();
+        assert_eq!(h.title.as_deref(), Some("The Title"));
+        for chrome in ["Home", "Intro", "Other"] {
+            assert!(!h.text.contains(chrome), "{chrome}: {}", h.text);
+        }
         assert!(h.text.contains("## Part"), "{}", h.text);
         assert!(h.text.contains("Hello world"), "{}", h.text);
         assert!(
