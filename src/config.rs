@@ -183,10 +183,10 @@ impl Default for RetrievalSettings {
             mode: "hybrid".into(),
             rrf_k: 60.0,
             vector_weight: 1.0,
-            text_weight: 1.0,
+            text_weight: 0.7,
             candidates: 20,
             file_weight: 0.0,
-            neighbors: 0,
+            neighbors: 1,
             compress: 0,
             min_similarity: 0.25,
         }

@@ -33,8 +33,11 @@ use crate::ExitError;
 const CHUNKS: &str = "chunks";
 const FILES: &str = "files";
 const META: &str = "index.json";
+/// The column the full-text index covers.
+const SEARCH_TEXT: &str = "search_text";
+
 /// Bumped when the table layout changes; an index of another version must be rebuilt.
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 
 /// How the vectors of an index were made; opening it with anything else is an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +134,9 @@ fn chunk_schema(dim: usize) -> SchemaRef {
         Field::new("line_start", DataType::UInt32, false),
         Field::new("line_end", DataType::UInt32, false),
         Field::new("text", DataType::Utf8, false),
+        // What BM25 reads: the heading path (document title included) and the text, so a
+        // query naming a page's subject finds chunks that never repeat it. Layout 2.
+        Field::new(SEARCH_TEXT, DataType::Utf8, false),
         Field::new("file_hash", DataType::Utf8, false),
         Field::new(
             "vector",
@@ -251,7 +257,7 @@ impl Store {
         // The full-text index exists from the start, so an ingest killed before its end
         // leaves an index whose text search works (rows not yet indexed are scanned).
         chunks
-            .create_index(&["text"], Index::FTS(FtsIndexBuilder::default()))
+            .create_index(&[SEARCH_TEXT], Index::FTS(FtsIndexBuilder::default()))
             .execute()
             .await?;
         let files = db
@@ -427,6 +433,9 @@ impl Store {
                 )),
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.text))),
                 Arc::new(StringArray::from_iter_values(
+                    rows.iter().map(|r| format!("{}\n{}", r.heading, r.text)),
+                )),
+                Arc::new(StringArray::from_iter_values(
                     rows.iter().map(|r| r.file_hash),
                 )),
                 Arc::new(vectors),
@@ -442,14 +451,14 @@ impl Store {
             .list_indices()
             .await?
             .iter()
-            .any(|i| i.columns.iter().any(|c| c == "text"));
+            .any(|i| i.columns.iter().any(|c| c == SEARCH_TEXT));
         if has_index {
             self.chunks
                 .optimize(OptimizeAction::Index(OptimizeOptions::default()))
                 .await?;
         } else {
             self.chunks
-                .create_index(&["text"], Index::FTS(FtsIndexBuilder::default()))
+                .create_index(&[SEARCH_TEXT], Index::FTS(FtsIndexBuilder::default()))
                 .execute()
                 .await?;
         }
@@ -559,7 +568,7 @@ impl Store {
         hits(&batches, "_distance", |d| 1.0 - d)
     }
 
-    /// Best chunks by BM25 over the text.
+    /// Best chunks by BM25 over the heading path and text.
     pub async fn text_search(
         &self,
         query: &str,

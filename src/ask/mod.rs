@@ -27,8 +27,7 @@ use crate::Exit;
 /// first). A follow-up such as "And how do I drop it afterwards?" names nothing to search
 /// for; the previous question does.
 pub fn followup_query(history: &[String], question: &str) -> String {
-    let _ = history;
-    question.to_string()
+    followup::query(history, question)
 }
 
 /// What `rag ask` prints when the documents hold no answer.

@@ -8,9 +8,10 @@
 use crate::llm::Message;
 use crate::store::Hit;
 
-pub const SYSTEM: &str = "You are a careful assistant. Answer the question in one or two full sentences, using only the sources. \
+pub const SYSTEM: &str = "You answer questions using only the sources. \
+Reply in one or two short sentences that give the exact command, option, function, setting or value from the sources that answers the question. \
 End each sentence with the id of the source it comes from, like [S1]. \
-If the sources do not contain the answer, say that the documents do not answer the question.";
+If no source is about the question, say that the documents do not answer it.";
 
 /// A packed source: its label number (`[S{n}]`) and the retrieved span.
 #[derive(Debug, Clone)]

@@ -226,14 +226,28 @@ fn asciidoc_headings(text: &str) -> String {
 /// `sphinxsidebar`, `role="navigation"`. On SQLite's pages the menu and the table of
 /// contents otherwise open the first chunk of every page with the same forty words.
 fn is_chrome(e: &scraper::node::Element) -> bool {
-    const ENDINGS: &[&str] = &["nav", "navbar", "navigation", "menu", "sidebar", "toc", "breadcrumb", "breadcrumbs"];
-    if e.attr("role").is_some_and(|r| r.eq_ignore_ascii_case("navigation")) {
+    const ENDINGS: &[&str] = &[
+        "nav",
+        "navbar",
+        "navigation",
+        "menu",
+        "sidebar",
+        "toc",
+        "breadcrumb",
+        "breadcrumbs",
+    ];
+    if e.attr("role")
+        .is_some_and(|r| r.eq_ignore_ascii_case("navigation"))
+    {
         return true;
     }
     let names = e.attr("class").into_iter().chain(e.attr("id"));
     names
         .flat_map(|v| v.split(|c: char| c.is_whitespace() || c == '-' || c == '_'))
-        .map(|t| t.trim_end_matches(|c: char| c.is_ascii_digit()).to_ascii_lowercase())
+        .map(|t| {
+            t.trim_end_matches(|c: char| c.is_ascii_digit())
+                .to_ascii_lowercase()
+        })
         .any(|t| t == "nosearch" || ENDINGS.iter().any(|end| t.ends_with(end)))
 }
 
