@@ -382,50 +382,58 @@ fn load_baseline(path: &std::path::Path) -> Result<BTreeMap<String, f64>> {
     Ok(old.metrics)
 }
 
+/// One JUnit suite: a case per question, failed with the message `failure` gives.
+fn suite(
+    name: String,
+    r: &EvalReport,
+    cases: &[Compiled],
+    failure: impl Fn(&CaseResult, &Compiled) -> Option<String>,
+) -> (String, Vec<JunitCase>) {
+    let list = r
+        .results
+        .iter()
+        .zip(cases)
+        .map(|(res, c)| JunitCase {
+            name: res.id.clone(),
+            failure: failure(res, c),
+        })
+        .collect();
+    (name, list)
+}
+
 fn junit_suites(r: &EvalReport, cases: &[Compiled], main: Mode) -> Vec<(String, Vec<JunitCase>)> {
     let mut suites = Vec::new();
     for mode in r.modes.keys() {
-        let list = r
-            .results
-            .iter()
-            .zip(cases)
-            .map(|(res, c)| JunitCase {
-                name: res.id.clone(),
-                failure: res.retrieval.get(mode).and_then(|m| {
-                    (m.ranking.hit5 < 1.0).then(|| {
-                        format!(
-                            "no span of {} in the top 5 (got {})",
-                            c.case.expect_sources.join(", "),
-                            m.top.join(", ")
-                        )
-                    })
-                }),
+        suites.push(suite(format!("retrieval.{mode}"), r, cases, |res, c| {
+            let m = res.retrieval.get(mode)?;
+            (m.ranking.hit5 < 1.0).then(|| {
+                format!(
+                    "no span of {} in the top 5 (got {})",
+                    c.case.expect_sources.join(", "),
+                    m.top.join(", ")
+                )
             })
-            .collect();
-        suites.push((format!("retrieval.{mode}"), list));
+        }));
     }
     if r.answers.is_some() {
-        let list = r
-            .results
-            .iter()
-            .zip(cases)
-            .map(|(res, c)| JunitCase {
-                name: res.id.clone(),
-                failure: res.answer.as_ref().and_then(|a| {
-                    if a.keywords == Some(false) {
-                        Some(format!(
-                            "the answer lacks {:?}: {}",
-                            c.case.answer_contains, a.text
-                        ))
-                    } else if a.refusal {
-                        Some(format!("the model declined: {}", a.text))
-                    } else {
-                        None
-                    }
-                }),
-            })
-            .collect();
-        suites.push((format!("answers.{}", mode_name(main)), list));
+        suites.push(suite(
+            format!("answers.{}", mode_name(main)),
+            r,
+            cases,
+            |res, c| {
+                let a = res.answer.as_ref()?;
+                if a.keywords == Some(false) {
+                    Some(format!(
+                        "the answer lacks {:?}: {}",
+                        c.case.answer_contains, a.text
+                    ))
+                } else if a.refusal {
+                    Some(format!("the model declined: {}", a.text))
+                } else {
+                    None
+                }
+            },
+        ));
     }
     let gates = r
         .failures

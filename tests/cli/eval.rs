@@ -84,28 +84,24 @@ fn the_corpus_set_passes_its_floors_and_hybrid_is_never_worse() {
     // A baseline equal to this run passes with no change; one that was better fails.
     let base = p.path().join("base.json");
     std::fs::write(&base, out_json(&p, set)).unwrap();
-    let (code, out, err) = p.run(&[
-        "eval",
-        "--baseline",
-        base.to_str().unwrap(),
-        "--max-regression",
-        "0.02",
-        set,
-    ]);
+    let against_baseline = || {
+        p.run(&[
+            "eval",
+            "--baseline",
+            base.to_str().unwrap(),
+            "--max-regression",
+            "0.02",
+            set,
+        ])
+    };
+    let (code, out, err) = against_baseline();
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("(=)"), "{out}");
     let mut better: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
     better["metrics"]["text.mrr@10"] = serde_json::json!(2.0);
     std::fs::write(&base, better.to_string()).unwrap();
-    let (code, out, _) = p.run(&[
-        "eval",
-        "--baseline",
-        base.to_str().unwrap(),
-        "--max-regression",
-        "0.02",
-        set,
-    ]);
+    let (code, out, _) = against_baseline();
     assert_eq!(code, 8, "{out}");
     assert!(out.contains("FAIL text.mrr@10 went from 2.000"), "{out}");
 }
