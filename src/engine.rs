@@ -318,7 +318,7 @@ impl<'rt> Answerer<'rt> {
         timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
 
         let checked = cite::check(raw.trim(), &texts);
-        let evidence = evidence(&checked.citations, &sources);
+        let evidence = evidence(&checked.citations, &sources, &texts);
         Ok(Answer {
             question: question.to_string(),
             answer: checked.answer.clone(),
@@ -357,17 +357,30 @@ fn best_similarity(ranked: &[Ranked]) -> Option<f32> {
 }
 
 /// The quoted line of each supported citation as `path:line`, each line once.
-fn evidence(citations: &[cite::Citation], sources: &[SourceOut]) -> Vec<Evidence> {
+fn evidence(
+    citations: &[cite::Citation],
+    sources: &[SourceOut],
+    texts: &[(usize, &str)],
+) -> Vec<Evidence> {
     let mut out: Vec<Evidence> = Vec::new();
     for c in citations.iter().filter(|c| c.supported) {
         let (Some((offset, text)), Some(s)) = (&c.quote, sources.iter().find(|s| s.id == c.id))
         else {
             continue;
         };
+        let n_lines = texts
+            .iter()
+            .find(|(n, _)| format!("S{n}") == c.id)
+            .map_or(0, |(_, t)| t.lines().count() as u32);
+        let at = s.line_start + *offset as u32;
+        let exact = (n_lines == s.line_end - s.line_start + 1).then_some(at);
         let e = Evidence {
             id: c.id.clone(),
             path: s.path.clone(),
-            line: s.line_start + *offset as u32,
+            // A merged or widened span can hold joins that are not file lines; its line
+            // numbers then bound the quote instead of pinning it.
+            line: exact.unwrap_or(s.line_start),
+            line_end: exact.unwrap_or(s.line_end),
             text: text.clone(),
         };
         if !out.contains(&e) {

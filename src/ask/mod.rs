@@ -92,7 +92,10 @@ pub struct Evidence {
     /// `S2`
     pub id: String,
     pub path: String,
+    /// The file line of the quote when the span's text maps line for line onto the file;
+    /// otherwise the span's first line, with `line_end` its last (merged or widened spans).
     pub line: u32,
+    pub line_end: u32,
     pub text: String,
 }
 
@@ -447,11 +450,15 @@ fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
     }
     ui.outln("\nEvidence:")?;
     for e in &result.evidence {
+        let lines = if e.line == e.line_end {
+            e.line.to_string()
+        } else {
+            format!("{}-{}", e.line, e.line_end)
+        };
         ui.outln(&format!(
-            "  [{}] {}:{}  \"{}\"",
+            "  [{}] {}:{lines}  \"{}\"",
             e.id,
             e.path,
-            e.line,
             snippet(&e.text, 160)
         ))?;
     }

@@ -32,6 +32,17 @@ fn ask_answers_a_planted_fact_and_cites_its_file() {
         "a citation the checker does not support: {v}"
     );
     assert!(v["uncited_sentences"].as_array().unwrap().is_empty(), "{v}");
+    // The evidence quotes the file's own line 12, or a span that holds it.
+    let evidence = v["evidence"].as_array().unwrap();
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e["path"] == "docs/orbital-station.md"
+                && e["text"].as_str().unwrap().contains("1742")
+                && e["line"].as_u64().unwrap() <= 12
+                && e["line_end"].as_u64().unwrap() >= 12),
+        "{v}"
+    );
     let t = &v["timings"];
     assert!(t["prompt_tokens"].as_u64().unwrap() > 50, "{t}");
     assert!(t["generated_tokens"].as_u64().unwrap() > 0, "{t}");
