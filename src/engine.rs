@@ -111,7 +111,7 @@ impl<'rt> Answerer<'rt> {
     pub fn prepare(&mut self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
-        let route = route::route(&s.route, best, question, s.large_model.is_file());
+        let route = route::route(&s.route, best, s.large_model.is_file());
         let path = if route.model == "large" {
             s.large_model.clone()
         } else {
