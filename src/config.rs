@@ -85,8 +85,8 @@ pub struct RetrievalSettings {
     /// Document-level signal: each chunk's fused score gains this share of the fused score
     /// of the best other candidate from its file (0 = plain fusion).
     pub file_weight: f32,
-    /// The best this-many spans are widened with the chunk before and after them in their
-    /// file, so a fact split across a chunk boundary reaches the prompt whole (0 = off).
+    /// In the prompt, the best this-many spans are widened with the chunk before and after
+    /// them in their file, so a fact split across a chunk boundary arrives whole (0 = off).
     pub neighbors: usize,
     /// Context compression: keep this many sentences of each span, those most similar to
     /// the question (plus the one after the best and the headings); 0 keeps spans whole.

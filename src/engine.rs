@@ -118,7 +118,8 @@ impl<'rt> Answerer<'rt> {
             s.model.clone()
         };
         let model = self.model(&path)?;
-        let ranked = self.compress(question, ranked)?;
+        let ranked = self.retriever.widen(ranked, self.rt)?;
+        let ranked = self.compress(question, &ranked)?;
         let llm = &self.models[model].llm;
         let (params, reserve) = window(&self.settings, llm)?;
         let n_ctx = params.n_ctx as usize;

@@ -7,6 +7,8 @@
 //! → [`embed`] makes vectors → [`store`] writes LanceDB rows. `rag ask`: [`embed`] the
 //! question → [`retrieve`] (vector + BM25, fused) → [`ask::prompt`] packs sources into the
 //! context window → [`llm`] runs llama.cpp → [`ui`] prints the answer and its sources.
+//! [`engine::Answerer`] holds the loaded index, embedder and generators and answers many
+//! questions; `ask` and [`eval`] (quality on a YAML question set) both run on it.
 //!
 //! Each third-party API that moves fast stays in one module: llama-cpp-2 in [`llm`],
 //! fastembed and ort in [`embed`], lancedb and arrow in [`store`]. [`config`] alone reads

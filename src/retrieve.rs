@@ -240,7 +240,14 @@ pub async fn retrieve(
     };
     let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
     ranked.truncate(k);
-    for r in ranked.iter_mut().take(fusion.neighbors) {
+    Ok(ranked)
+}
+
+/// The best `n` spans widened with the chunks before and after them in their files, merged
+/// where they now overlap: what the prompt gets (search results and their ranks do not).
+pub async fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Ranked>> {
+    let mut out = ranked.to_vec();
+    for r in out.iter_mut().take(n) {
         let chunks: Vec<Hit> = store
             .chunks_of(&r.hit.path)
             .await?
@@ -257,7 +264,7 @@ pub async fn retrieve(
             .collect();
         widen(&mut r.hit, &chunks);
     }
-    Ok(merge_adjacent(ranked))
+    Ok(merge_adjacent(out))
 }
 
 /// Widens `hit` with the chunk of `file` that ends just before it and the one that starts

@@ -159,6 +159,15 @@ impl Retriever {
         })
     }
 
+    /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
+    pub fn widen(&self, ranked: &[Ranked], rt: &tokio::runtime::Runtime) -> Result<Vec<Ranked>> {
+        rt.block_on(retrieve::widen_best(
+            &self.store,
+            ranked,
+            self.fusion.neighbors,
+        ))
+    }
+
     /// Vectors of `texts`, or `None` when no embedder is loaded (text-only retrieval).
     pub fn embed(&mut self, texts: &[String]) -> Result<Option<Vec<Vec<f32>>>> {
         match &mut self.embedder {
