@@ -219,6 +219,50 @@ impl<'rt> Answerer<'rt> {
         self.generate(question, prep, sources, timings, started, cache, ui, on)
     }
 
+    /// Prefills `tokens`, first restoring the longest cached prefix from the persistent
+    /// prompt cache and afterwards saving the prompt's state there (when `cache` is on).
+    fn prefill(
+        &self,
+        session: &mut crate::llm::Session<'_>,
+        loaded: &Loaded,
+        tokens: &[crate::llm::Token],
+        n_ctx: u32,
+        cache: bool,
+        ui: &Ui,
+    ) -> Result<crate::llm::Prefill> {
+        let settings = &self.settings;
+        let cache = (cache && settings.llm.prompt_cache_mb > 0).then(|| {
+            let n_ctx = n_ctx.to_string();
+            PromptCache::new(
+                &settings.index.dir,
+                &[&loaded.sha256, &n_ctx, LLAMA_CPP_BUILD],
+                settings.llm.prompt_cache_mb << 20,
+            )
+        });
+        let ids = crate::llm::ids(tokens);
+        if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
+            if !session.load_state(&entry.state, &entry.tokens) {
+                ui.warn(&format!(
+                    "ignored a damaged prompt cache entry {}",
+                    entry.state.display()
+                ));
+                if let Some(c) = &cache {
+                    c.discard(&entry.state);
+                }
+            }
+        }
+        let spin = ui.spinner(&format!("reading {} prompt tokens", tokens.len()));
+        let prefill = session.prefill(tokens)?;
+        spin.finish_and_clear();
+        if let Some(c) = &cache {
+            // Saved before generation, so the state holds exactly the prompt.
+            if let Err(e) = c.store(&ids, |p| session.save_state(p)) {
+                ui.warn(&format!("prompt cache not saved: {e:#}"));
+            }
+        }
+        Ok(prefill)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn generate(
         &self,
@@ -237,35 +281,7 @@ impl<'rt> Answerer<'rt> {
         let (params, _) = window(settings, llm)?;
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
-        let cache = (cache && settings.llm.prompt_cache_mb > 0).then(|| {
-            let n_ctx = params.n_ctx.to_string();
-            PromptCache::new(
-                &settings.index.dir,
-                &[&loaded.sha256, &n_ctx, LLAMA_CPP_BUILD],
-                settings.llm.prompt_cache_mb << 20,
-            )
-        });
-        let ids = crate::llm::ids(&tokens);
-        if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
-            if !session.load_state(&entry.state, &entry.tokens) {
-                ui.warn(&format!(
-                    "ignored a damaged prompt cache entry {}",
-                    entry.state.display()
-                ));
-                if let Some(c) = &cache {
-                    c.discard(&entry.state);
-                }
-            }
-        }
-        let spin = ui.spinner(&format!("reading {} prompt tokens", tokens.len()));
-        let prefill = session.prefill(&tokens)?;
-        spin.finish_and_clear();
-        if let Some(c) = &cache {
-            // Saved before generation, so the state holds exactly the prompt.
-            if let Err(e) = c.store(&ids, |p| session.save_state(p)) {
-                ui.warn(&format!("prompt cache not saved: {e:#}"));
-            }
-        }
+        let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
 
         let texts = prep.packed.texts();
         let mut raw = String::new();

@@ -21,6 +21,9 @@ use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
+/// A token id of the loaded generator (so callers need not name llama-cpp-2).
+pub type Token = LlamaToken;
+
 use crate::ExitError;
 
 /// llama.cpp allows one backend per process.
