@@ -129,34 +129,7 @@ pub fn run(
     };
     let mut engine = Answerer::open(settings, engine_mode, !o.answers, rt)?;
 
-    let steps = cases.len() * (o.modes.len() + usize::from(o.answers));
-    let bar = ui.progress(steps as u64, "eval");
-    let mut results = Vec::with_capacity(cases.len());
-    for c in &cases {
-        let mut per_mode = BTreeMap::new();
-        for &mode in &o.modes {
-            per_mode.insert(
-                mode_name(mode),
-                retrieval_case(&mut engine, c, mode, o, ui)?,
-            );
-            bar.inc(1);
-        }
-        let answer = if o.answers {
-            let a = answer_case(&mut engine, c, main, o, ui)?;
-            bar.inc(1);
-            Some(a)
-        } else {
-            None
-        };
-        results.push(CaseResult {
-            id: c.id.clone(),
-            kind: c.case.kind.clone(),
-            question: c.case.question.clone(),
-            retrieval: per_mode,
-            answer,
-        });
-    }
-    bar.finish_and_clear();
+    let results = run_cases(&mut engine, &cases, main, o, ui)?;
 
     let modes: BTreeMap<String, ModeSummary> = o
         .modes
@@ -194,6 +167,42 @@ pub fn run(
     } else {
         Exit::QualityGate
     })
+}
+
+/// Every case in every mode (and answered, with `--answers`), under one progress bar.
+fn run_cases(
+    engine: &mut Answerer,
+    cases: &[Compiled],
+    main: Mode,
+    o: &EvalOptions,
+    ui: &Ui,
+) -> Result<Vec<CaseResult>> {
+    let steps = cases.len() * (o.modes.len() + usize::from(o.answers));
+    let bar = ui.progress(steps as u64, "eval");
+    let mut results = Vec::with_capacity(cases.len());
+    for c in cases {
+        let mut per_mode = BTreeMap::new();
+        for &mode in &o.modes {
+            per_mode.insert(mode_name(mode), retrieval_case(engine, c, mode, o, ui)?);
+            bar.inc(1);
+        }
+        let answer = if o.answers {
+            let a = answer_case(engine, c, main, o, ui)?;
+            bar.inc(1);
+            Some(a)
+        } else {
+            None
+        };
+        results.push(CaseResult {
+            id: c.id.clone(),
+            kind: c.case.kind.clone(),
+            question: c.case.question.clone(),
+            retrieval: per_mode,
+            answer,
+        });
+    }
+    bar.finish_and_clear();
+    Ok(results)
 }
 
 fn retrieval_case(
