@@ -21,6 +21,7 @@ pub struct Settings {
     pub embed: EmbedSettings,
     pub chunk: ChunkSettings,
     pub retrieval: RetrievalSettings,
+    pub rerank: RerankSettings,
     pub llm: LlmSettings,
     /// The project root: the config file's folder, or the current directory without one.
     /// Indexed paths are stored relative to it.
@@ -50,6 +51,31 @@ pub struct EmbedSettings {
     pub batch_size: usize,
     /// Threads for ONNX Runtime; 0 = physical cores.
     pub threads: usize,
+    /// How the model's token vectors become one: mean (MiniLM, e5, gte) or cls (bge).
+    pub pooling: String,
+    /// Put before every question as the model was trained (e5: "query: "; bge v1.5:
+    /// "Represent this sentence for searching relevant passages: ").
+    pub query_prefix: String,
+    /// Put before every chunk (e5: "passage: "); part of the index's identity.
+    pub passage_prefix: String,
+}
+
+/// An optional cross-encoder that re-scores the fused candidates (off while `model` is empty).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RerankSettings {
+    /// ONNX cross-encoder with output `logits` (for example bge-reranker-base or
+    /// ms-marco-MiniLM-L-6-v2 exported to ONNX); empty = no reranking.
+    pub model: PathBuf,
+    /// Its tokenizer files (tokenizer.json, config.json, special_tokens_map.json,
+    /// tokenizer_config.json); empty = the model's folder.
+    pub tokenizer_dir: PathBuf,
+    /// Longest (question, passage) pair it reads, in its tokens.
+    pub max_length: usize,
+    /// Fused spans it scores; the best `retrieval.top_k` of them go on.
+    pub candidates: usize,
+    /// Pairs per ONNX Runtime call.
+    pub batch_size: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -142,6 +168,7 @@ impl Default for Settings {
             embed: EmbedSettings::default(),
             chunk: ChunkSettings::default(),
             retrieval: RetrievalSettings::default(),
+            rerank: RerankSettings::default(),
             llm: LlmSettings::default(),
             root: PathBuf::new(),
         }
@@ -161,6 +188,9 @@ impl Default for EmbedSettings {
             max_length: 256,
             batch_size: 16,
             threads: 0,
+            pooling: "mean".into(),
+            query_prefix: String::new(),
+            passage_prefix: String::new(),
         }
     }
 }
@@ -189,6 +219,17 @@ impl Default for RetrievalSettings {
             neighbors: 1,
             compress: 0,
             min_similarity: 0.25,
+        }
+    }
+}
+impl Default for RerankSettings {
+    fn default() -> Self {
+        RerankSettings {
+            model: PathBuf::new(),
+            tokenizer_dir: PathBuf::new(),
+            max_length: 512,
+            candidates: 20,
+            batch_size: 8,
         }
     }
 }
@@ -223,6 +264,8 @@ const PATH_KEYS: &[&str] = &[
     "embed.model",
     "embed.tokenizer_dir",
     "embed.ort_lib",
+    "rerank.model",
+    "rerank.tokenizer_dir",
     "llm.model",
     "llm.large_model",
 ];
@@ -352,12 +395,22 @@ fn env_layer(defaults: &Table, env: &dyn Fn(&str) -> Option<String>) -> Result<T
     Ok(out)
 }
 
+/// The built-in default of `section.key`, as TOML.
+fn key_default(key: &str) -> String {
+    let (section, name) = key.split_once('.').unwrap_or((key, ""));
+    Value::try_from(Settings::default())
+        .ok()
+        .and_then(|v| v.get(section)?.get(name).map(ToString::to_string))
+        .unwrap_or_default()
+}
+
 fn resolve_paths(layer: &mut Table, base: &Path) {
     for key in PATH_KEYS {
         let (section, name) = key.split_once('.').expect("section.key");
         if let Some(Value::String(s)) = layer.get_mut(section).and_then(|t| t.get_mut(name)) {
             let p = Path::new(s.as_str());
-            if p.is_relative() {
+            // An empty path means "not set" (rerank.model), not "this folder".
+            if p.is_relative() && !s.is_empty() {
                 *s = base.join(p).to_string_lossy().into_owned();
             }
         }
@@ -378,6 +431,13 @@ fn merge(into: &mut Table, layer: Table) {
 impl Settings {
     fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(ExitError::usage(msg));
+        if let Some(key) = self.non_finite_key() {
+            // NaN compares false with everything: min_similarity = nan would turn abstention off.
+            return bad(format!(
+                "{key} is not a finite number; give a value like the default ({})",
+                key_default(&key)
+            ));
+        }
         if !["hybrid", "vector", "text"].contains(&self.retrieval.mode.as_str()) {
             return bad(format!(
                 "retrieval.mode = {:?}: use hybrid, vector or text",
@@ -392,6 +452,16 @@ impl Settings {
         }
         if self.retrieval.top_k == 0 {
             return bad("retrieval.top_k must be at least 1".into());
+        }
+        if !["mean", "cls"].contains(&self.embed.pooling.as_str()) {
+            return bad(format!(
+                "embed.pooling = {:?}: use mean or cls",
+                self.embed.pooling
+            ));
+        }
+        if self.rerank.candidates == 0 || self.rerank.batch_size == 0 || self.rerank.max_length < 16
+        {
+            return bad("rerank.candidates and rerank.batch_size must be at least 1, rerank.max_length at least 16".into());
         }
         if self.embed.batch_size == 0 {
             return bad("embed.batch_size must be at least 1".into());
@@ -415,6 +485,20 @@ impl Settings {
             return bad("llm.temperature must be in 0..=2 and llm.top_p in 0..=1".into());
         }
         Ok(())
+    }
+
+    /// The first `section.key` whose value is a NaN or infinite float.
+    fn non_finite_key(&self) -> Option<String> {
+        let Ok(Value::Table(t)) = Value::try_from(self) else {
+            return None;
+        };
+        t.iter().find_map(|(section, v)| {
+            let Value::Table(keys) = v else { return None };
+            keys.iter().find_map(|(k, v)| match v {
+                Value::Float(f) if !f.is_finite() => Some(format!("{section}.{k}")),
+                _ => None,
+            })
+        })
     }
 
     /// The sampling settings for generation.
@@ -508,6 +592,19 @@ mod tests {
         assert!(format!("{e:#}").contains("not valid TOML"), "{e:#}");
         let e = run(None, &[("RAG_LLM_N_CTX", "many")], vec![]).unwrap_err();
         assert!(format!("{e:#}").contains("RAG_LLM_N_CTX"), "{e:#}");
+        let e = run(None, &[("RAG_RETRIEVAL_MIN_SIMILARITY", "nan")], vec![]).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("retrieval.min_similarity is not a finite number"),
+            "{msg}"
+        );
+        assert!(msg.contains("0.25"), "{msg}");
+        let e = run(Some("[llm]\ndry_base = inf\n"), &[], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("llm.dry_base"), "{e:#}");
+        let e = run(None, &[("RAG_EMBED_POOLING", "max")], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("embed.pooling"), "{e:#}");
+        let s = run(None, &[], vec![]).unwrap();
+        assert_eq!(s.rerank.model, PathBuf::new(), "an unset path stays empty");
         let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], vec![]).unwrap_err();
         assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
     }

@@ -145,18 +145,18 @@ impl<'rt> Answerer<'rt> {
             return Ok(out);
         }
         let units: Vec<_> = out.iter().map(|r| compress::units(&r.hit.text)).collect();
-        let mut texts = vec![question.to_string()];
+        let mut texts = Vec::new();
         for (r, u) in out.iter().zip(&units) {
             texts.extend(u.iter().map(|x| r.hit.text[x.clone()].trim().to_string()));
         }
-        let Some(vectors) = self.retriever.embed(&texts)? else {
+        let Some((question, vectors)) = self.retriever.embed(question, &texts)? else {
             return Ok(out);
         };
-        let mut at = 1;
+        let mut at = 0;
         for (r, u) in out.iter_mut().zip(&units) {
             let sims: Vec<f32> = vectors[at..at + u.len()]
                 .iter()
-                .map(|v| compress::cosine(&vectors[0], v))
+                .map(|v| compress::cosine(&question, v))
                 .collect();
             at += u.len();
             if u.len() > n + 1 {

@@ -53,6 +53,9 @@ pub struct Ranked {
     pub text_score: Option<f32>,
     pub vector_rank: Option<usize>,
     pub text_rank: Option<usize>,
+    /// The cross-encoder's score, when a reranker re-ordered the candidates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
 }
 
 /// Reciprocal rank fusion: score = Σ weight / (k + rank), ranks from 1. Ties break on the
@@ -72,6 +75,7 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
                 text_score: None,
                 vector_rank: None,
                 text_rank: None,
+                rerank_score: None,
             });
             r.score += weight / (f.k + rank as f32);
             if is_vector {
@@ -113,6 +117,35 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
             .total_cmp(&a.score)
             .then_with(|| best(a).cmp(&best(b)))
             .then_with(|| a.hit.id.cmp(&b.hit.id))
+    });
+    out
+}
+
+/// What a reranker reads of a span: its heading path and text, as the embedder did.
+pub fn rerank_text(hit: &Hit) -> String {
+    if hit.heading.is_empty() {
+        hit.text.clone()
+    } else {
+        format!("{}\n\n{}", hit.heading, hit.text)
+    }
+}
+
+/// Orders spans by the reranker's `scores` (one per span, in order); equal scores keep the
+/// fused order, so the result is deterministic.
+pub fn reorder(ranked: Vec<Ranked>, scores: &[f32]) -> Vec<Ranked> {
+    let mut out: Vec<Ranked> = ranked
+        .into_iter()
+        .zip(scores)
+        .map(|(mut r, &s)| {
+            r.rerank_score = Some(s);
+            r
+        })
+        .collect();
+    // A stable sort: ties stay in fused order.
+    out.sort_by(|a, b| {
+        b.rerank_score
+            .unwrap_or(f32::MIN)
+            .total_cmp(&a.rerank_score.unwrap_or(f32::MIN))
     });
     out
 }
@@ -336,6 +369,32 @@ mod tests {
     }
 
     #[test]
+    fn reranking_reorders_by_score_and_keeps_ties_in_fused_order() {
+        let ranked = fuse(
+            &[
+                hit("a", "a.md", (1, 2), "a"),
+                hit("b", "b.md", (1, 2), "b"),
+                hit("c", "c.md", (1, 2), "c"),
+                hit("d", "d.md", (1, 2), "d"),
+            ],
+            &[],
+            Fusion {
+                k: 60.0,
+                vector_weight: 1.0,
+                text_weight: 1.0,
+                file_weight: 0.0,
+                candidates: 10,
+                neighbors: 0,
+            },
+        );
+        let out = reorder(ranked, &[0.1, 2.0, 0.1, -1.0]);
+        let ids: Vec<&str> = out.iter().map(|r| r.hit.id.as_str()).collect();
+        assert_eq!(ids, ["b", "a", "c", "d"]);
+        assert_eq!(out[0].rerank_score, Some(2.0));
+        assert!(out[0].vector_rank == Some(2), "fused ranks are kept for -v");
+    }
+
+    #[test]
     fn widening_takes_the_chunks_around_a_span() {
         let file = vec![
             hit("3", "f.md", (9, 12), "nine\nten"),
@@ -403,6 +462,7 @@ mod tests {
             text_score: None,
             vector_rank: None,
             text_rank: None,
+            rerank_score: None,
         };
         let first = hit("1", "f.md", (1, 3), "one\ntwo\nthree");
         let second = hit("2", "f.md", (3, 5), "three\nfour\nfive");

@@ -280,16 +280,8 @@ impl Store {
     pub fn check(&self, want: &IndexMeta) -> Result<()> {
         let have = &self.meta;
         let mut diffs = Vec::new();
-        if have.embed != want.embed {
-            diffs.push(format!(
-                "embedding model {} ({} dims, {}) vs {} ({} dims, {})",
-                have.embed.name,
-                have.embed.dim,
-                &have.embed.file_hash[..12.min(have.embed.file_hash.len())],
-                want.embed.name,
-                want.embed.dim,
-                &want.embed.file_hash[..12.min(want.embed.file_hash.len())]
-            ));
+        if let Some(d) = embed_diff(&have.embed, &want.embed) {
+            diffs.push(d);
         }
         if have.chunk != want.chunk {
             diffs.push(format!(
@@ -306,15 +298,14 @@ impl Store {
         )))
     }
 
-    /// Checks only the embedding model (what search needs).
+    /// Checks only the embedding model and how it was used (what search needs).
     pub fn check_model(&self, model: &ModelInfo) -> Result<()> {
-        if &self.meta.embed != model {
-            return Err(ExitError::incompatible(format!(
-                "the index was built with embedding model {} ({} dims) but {} ({} dims) is configured; rebuild it with `rag ingest --rebuild DIR`",
-                self.meta.embed.name, self.meta.embed.dim, model.name, model.dim
-            )));
-        }
-        Ok(())
+        let Some(what) = embed_diff(&self.meta.embed, model) else {
+            return Ok(());
+        };
+        Err(ExitError::incompatible(format!(
+            "the index was built with {what}: its vectors and the question's would not compare; restore the setting or rebuild with `rag ingest --rebuild DIR`"
+        )))
     }
 
     pub async fn file_states(&self) -> Result<HashMap<String, FileState>> {
@@ -642,4 +633,32 @@ pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
         .enable_all()
         .build()?;
     rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+}
+
+/// How the vectors of `built` and `now` differ, in the terms of the settings, or `None`.
+fn embed_diff(built: &ModelInfo, now: &ModelInfo) -> Option<String> {
+    let short = |h: &str| h[..12.min(h.len())].to_string();
+    if (&built.name, built.dim, &built.file_hash) != (&now.name, now.dim, &now.file_hash) {
+        Some(format!(
+            "embedding model {} ({} dims, {}) but {} ({} dims, {}) is configured",
+            built.name,
+            built.dim,
+            short(&built.file_hash),
+            now.name,
+            now.dim,
+            short(&now.file_hash)
+        ))
+    } else if built.pooling != now.pooling {
+        Some(format!(
+            "embed.pooling = {:?} but {:?} is configured",
+            built.pooling, now.pooling
+        ))
+    } else if built.passage_prefix != now.passage_prefix {
+        Some(format!(
+            "embed.passage_prefix = {:?} but {:?} is configured",
+            built.passage_prefix, now.passage_prefix
+        ))
+    } else {
+        None
+    }
 }

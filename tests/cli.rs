@@ -14,3 +14,5 @@ mod eval;
 mod ingest;
 #[path = "cli/prompt.rs"]
 mod prompt;
+#[path = "cli/retrieval.rs"]
+mod retrieval;

@@ -15,7 +15,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::config::{threads, Settings};
-use crate::embed::Embedder;
+use crate::embed::{Embedder, Reranker};
 use crate::engine::{Answerer, Event};
 use crate::llm::{ContextParams, Llm, StopReason};
 use crate::retrieve::{self, Fusion, Mode, Ranked};
@@ -135,6 +135,7 @@ fn fusion(s: &Settings) -> Fusion {
 pub struct Retriever {
     store: Store,
     embedder: Option<Embedder>,
+    reranker: Option<Reranker>,
     fusion: Fusion,
 }
 
@@ -155,6 +156,7 @@ impl Retriever {
         Ok(Retriever {
             store,
             embedder,
+            reranker: Reranker::load(&settings.rerank, &settings.embed)?,
             fusion: fusion(settings),
         })
     }
@@ -168,10 +170,15 @@ impl Retriever {
         ))
     }
 
-    /// Vectors of `texts`, or `None` when no embedder is loaded (text-only retrieval).
-    pub fn embed(&mut self, texts: &[String]) -> Result<Option<Vec<Vec<f32>>>> {
+    /// The question's vector and those of the passages `texts`, or `None` when no embedder
+    /// is loaded (text-only retrieval).
+    pub fn embed(
+        &mut self,
+        question: &str,
+        texts: &[String],
+    ) -> Result<Option<(Vec<f32>, Vec<Vec<f32>>)>> {
         match &mut self.embedder {
-            Some(e) => Ok(Some(e.embed(texts)?)),
+            Some(e) => Ok(Some((e.embed_query(question)?, e.embed(texts)?))),
             None => Ok(None),
         }
     }
@@ -189,15 +196,29 @@ impl Retriever {
             (Some(e), Mode::Hybrid | Mode::Vector) => Some(e.embed_query(&q.text)?),
             _ => None,
         };
-        let ranked = rt.block_on(retrieve::retrieve(
+        // With a reranker, fusion only proposes candidates; the cross-encoder picks the top_k.
+        let depth = match &self.reranker {
+            Some(r) => r.candidates.max(q.top_k),
+            None => q.top_k,
+        };
+        let mut ranked = rt.block_on(retrieve::retrieve(
             &self.store,
             &q.text,
             vector.as_deref(),
             mode,
-            q.top_k,
+            depth,
             self.fusion,
             q.filter.as_deref(),
         ))?;
+        if let Some(r) = &mut self.reranker {
+            let passages: Vec<String> = ranked
+                .iter()
+                .map(|x| retrieve::rerank_text(&x.hit))
+                .collect();
+            let scores = r.scores(&q.text, &passages)?;
+            ranked = retrieve::reorder(ranked, &scores);
+            ranked.truncate(q.top_k);
+        }
         let ms = started.elapsed().as_secs_f64() * 1e3;
         if q.verbose {
             explain(ui, &ranked, mode, q.filter.as_deref());
@@ -226,15 +247,17 @@ fn explain(ui: &Ui, ranked: &[Ranked], mode: Mode, filter: Option<&str>) {
         filter.unwrap_or("none")
     ));
     for (i, r) in ranked.iter().enumerate() {
+        let rerank = r.rerank_score.map(|s| format!("  rerank {s:.3}"));
         ui.stderr(&format!(
-            "  {:>2}. {}:{}-{}  vector {}  text {}  fused {:.4}",
+            "  {:>2}. {}:{}-{}  vector {}  text {}  fused {:.4}{}",
             i + 1,
             r.hit.path,
             r.hit.line_start,
             r.hit.line_end,
             rank(r.vector_rank, r.vector_score),
             rank(r.text_rank, r.text_score),
-            r.score
+            r.score,
+            rerank.unwrap_or_default()
         ));
     }
 }
@@ -250,6 +273,8 @@ struct SearchHit<'a> {
     score: f32,
     vector_score: Option<f32>,
     text_score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rerank_score: Option<f32>,
     text: &'a str,
 }
 
@@ -275,6 +300,7 @@ pub fn search(
             score: r.score,
             vector_score: r.vector_score,
             text_score: r.text_score,
+            rerank_score: r.rerank_score,
             text: &r.hit.text,
         })
         .collect();

@@ -255,10 +255,11 @@ pub fn run(
         .map(|s| (s.path.as_str(), s.chunks))
         .collect();
     let chunk_opts = ChunkOptions {
-        max_tokens: settings
-            .chunk
-            .max_tokens
-            .min(embedder.max_length.saturating_sub(2)),
+        max_tokens: settings.chunk.max_tokens.min(
+            embedder
+                .max_length
+                .saturating_sub(2 + embedder.prefix_tokens()),
+        ),
         min_tokens: settings.chunk.min_tokens,
         overlap_tokens: settings.chunk.overlap_tokens,
     };

@@ -1,6 +1,10 @@
 //! Text embeddings with fastembed on ONNX Runtime, loaded from local files only (crates
 //! fastembed and ort live here and nowhere else). Also owns the embedder's tokenizer, which
 //! the chunker uses to size chunks, so a chunk is never silently truncated by the model.
+//! The optional cross-encoder reranker lives in [`rerank`].
+
+mod rerank;
+pub use rerank::Reranker;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -23,6 +27,16 @@ pub struct ModelInfo {
     pub dim: usize,
     /// blake3 of the ONNX file.
     pub file_hash: String,
+    /// mean | cls (indexes from before this setting were mean-pooled).
+    #[serde(default = "mean")]
+    pub pooling: String,
+    /// Text put before every chunk when it was embedded.
+    #[serde(default)]
+    pub passage_prefix: String,
+}
+
+fn mean() -> String {
+    "mean".into()
 }
 
 pub struct Embedder {
@@ -32,6 +46,7 @@ pub struct Embedder {
     pub info: ModelInfo,
     pub max_length: usize,
     batch_size: usize,
+    query_prefix: String,
 }
 
 /// The order texts are embedded in: by length, so each batch pads little. Byte length tracks
@@ -81,12 +96,23 @@ fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     Ok(ENV.get_or_init(|| env).clone())
 }
 
-fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
+fn read(path: &Path, what: &str, keys: &str) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| {
         ExitError::model(format!(
-            "{what} {} cannot be read ({e}); run `scripts/setup.sh` or fix embed.model / embed.tokenizer_dir in rag.toml",
+            "{what} {} cannot be read ({e}); run `scripts/setup.sh` or fix {keys} in rag.toml",
             path.display()
         ))
+    })
+}
+
+/// The four tokenizer files fastembed wants, from `dir`.
+fn tokenizer_files(dir: &Path, keys: &str) -> Result<TokenizerFiles> {
+    let file = |name: &str| read(&dir.join(name), "tokenizer file", keys);
+    Ok(TokenizerFiles {
+        tokenizer_file: file("tokenizer.json")?,
+        config_file: file("config.json")?,
+        special_tokens_map_file: file("special_tokens_map.json")?,
+        tokenizer_config_file: file("tokenizer_config.json")?,
     })
 }
 
@@ -94,18 +120,18 @@ impl Embedder {
     pub fn load(s: &EmbedSettings) -> Result<Embedder> {
         // Tokenizing runs on the calling thread: no rayon pool competing with ONNX Runtime.
         tokenizers::utils::parallelism::set_parallelism(false);
-        let onnx = read(&s.model, "embedding model")?;
-        let dir = &s.tokenizer_dir;
-        let files = TokenizerFiles {
-            tokenizer_file: read(&dir.join("tokenizer.json"), "tokenizer file")?,
-            config_file: read(&dir.join("config.json"), "tokenizer file")?,
-            special_tokens_map_file: read(&dir.join("special_tokens_map.json"), "tokenizer file")?,
-            tokenizer_config_file: read(&dir.join("tokenizer_config.json"), "tokenizer file")?,
-        };
+        let keys = "embed.model / embed.tokenizer_dir";
+        let onnx = read(&s.model, "embedding model", keys)?;
+        let files = tokenizer_files(&s.tokenizer_dir, keys)?;
         let file_hash = blake3::hash(&onnx).to_hex().to_string();
-        // fastembed pools user-defined models with CLS unless told; MiniLM is trained for mean.
+        // fastembed pools user-defined models with CLS unless told; MiniLM is trained for mean,
+        // bge for CLS: the setting says which.
+        let pooling = match s.pooling.as_str() {
+            "cls" => Pooling::Cls,
+            _ => Pooling::Mean,
+        };
         let model = UserDefinedEmbeddingModel::new(onnx, files)
-            .with_pooling(Pooling::Mean)
+            .with_pooling(pooling)
             .with_quantization(QuantizationMode::None);
         let env = ort_environment(&s.ort_lib)?;
         let n = threads(s.threads);
@@ -146,9 +172,12 @@ impl Embedder {
                 name,
                 dim,
                 file_hash,
+                pooling: s.pooling.clone(),
+                passage_prefix: s.passage_prefix.clone(),
             },
             max_length: s.max_length,
             batch_size: s.batch_size,
+            query_prefix: s.query_prefix.clone(),
         })
     }
 
@@ -165,8 +194,30 @@ impl Embedder {
         &self.counter
     }
 
-    /// Embeds texts in batches of similar length (less padding per batch), in input order.
+    /// Tokens the passage prefix adds to every chunk, which the chunker must leave room for.
+    pub fn prefix_tokens(&self) -> usize {
+        let p = &self.info.passage_prefix;
+        if p.is_empty() {
+            return 0;
+        }
+        self.counter
+            .encode(p.as_str(), false)
+            .map(|e| e.len())
+            .unwrap_or(0)
+    }
+
+    /// Embeds passages (chunks, sentences) in batches of similar length (less padding per
+    /// batch), in input order, each behind `embed.passage_prefix`.
     pub fn embed(&mut self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let prefix = &self.info.passage_prefix;
+        if prefix.is_empty() {
+            return self.embed_raw(texts);
+        }
+        let texts: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}")).collect();
+        self.embed_raw(&texts)
+    }
+
+    fn embed_raw(&mut self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
         let order = batch_order(texts);
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
@@ -186,8 +237,9 @@ impl Embedder {
         self.batch_size
     }
 
+    /// A question's vector, behind `embed.query_prefix`.
     pub fn embed_query(&mut self, query: &str) -> Result<Vec<f32>> {
-        self.embed(&[query.to_string()])?
+        self.embed_raw(&[format!("{}{query}", self.query_prefix)])?
             .pop()
             .context("the embedding model returned no vector")
     }

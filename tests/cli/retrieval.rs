@@ -1,0 +1,142 @@
+//! Retrieval options for users with other models: a cross-encoder reranker, and embedders
+//! that pool with CLS or expect query/passage prefixes (bge, e5).
+
+use crate::support::{repo, Project};
+
+/// (path, line_start) of every hit, in rank order.
+fn spans(v: &serde_json::Value) -> Vec<(String, u64)> {
+    v["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .map(|h| {
+            (
+                h["path"].as_str().unwrap().to_string(),
+                h["line_start"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn search(p: &Project, env: &[(&str, &str)], k: &str) -> serde_json::Value {
+    let (code, out, err) = p.run_env(
+        env,
+        &["search", "--json", "-k", k, "lighthouse lamp rotation"],
+    );
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
+/// fixtures/reranker/length.onnx (scripts/make_test_reranker.py) has a cross-encoder's
+/// interface and scores a pair by its length in tokens, so its order is predictable.
+#[test]
+fn a_reranker_reorders_the_fused_candidates() {
+    let p = Project::with_docs();
+    p.ingest();
+    let model = repo().join("fixtures/reranker/length.onnx");
+    let tokenizer = repo().join("models/minilm");
+    let env = [
+        ("RAG_RERANK_MODEL", model.to_str().unwrap()),
+        ("RAG_RERANK_TOKENIZER_DIR", tokenizer.to_str().unwrap()),
+        ("RAG_RERANK_CANDIDATES", "10"),
+    ];
+    let plain = search(&p, &[], "10");
+    let all = search(&p, &env, "10");
+    let hits = all["hits"].as_array().unwrap();
+    assert!(hits.len() >= 4, "{all}");
+    assert!(plain["hits"][0].get("rerank_score").is_none(), "{plain}");
+    // The same candidates, now in the reranker's order.
+    let (mut a, mut b) = (spans(&plain), spans(&all));
+    assert_ne!(a, b, "the length scorer should change the fused order");
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    let scores: Vec<f64> = hits
+        .iter()
+        .map(|h| h["rerank_score"].as_f64().expect("rerank_score"))
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert!(scores[0] > 5.0, "pair lengths in tokens: {scores:?}");
+    // With fewer results, the best of the same 10 candidates.
+    let top = search(&p, &env, "3");
+    assert_eq!(spans(&top), spans(&all)[..3].to_vec());
+    // And it reaches the prompt: ask packs the reranked spans.
+    let (code, out, err) = p.run_env(
+        &env,
+        &[
+            "ask",
+            "--dry-run",
+            "--json",
+            "-k",
+            "2",
+            "lighthouse lamp rotation",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&spans(&all)[0].0), "{out}");
+}
+
+#[test]
+fn a_reranker_that_cannot_load_is_a_model_error_naming_the_setting() {
+    let p = Project::with_docs();
+    p.ingest();
+    let bad = p.path().join("not-a-model.onnx");
+    std::fs::write(&bad, b"not onnx").unwrap();
+    let tokenizer = repo().join("models/minilm");
+    let (code, _, err) = p.run_env(
+        &[
+            ("RAG_RERANK_MODEL", bad.to_str().unwrap()),
+            ("RAG_RERANK_TOKENIZER_DIR", tokenizer.to_str().unwrap()),
+        ],
+        &["search", "lighthouse"],
+    );
+    assert_eq!(code, 5, "{err}");
+    assert!(
+        err.contains("not-a-model.onnx") && err.contains("rerank.model"),
+        "{err}"
+    );
+    let (code, _, err) = p.run_env(&[("RAG_RERANK_MODEL", "missing.onnx")], &["search", "x"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("missing.onnx"), "{err}");
+}
+
+#[test]
+fn pooling_and_passage_prefix_belong_to_the_index_and_the_query_prefix_does_not() {
+    let p = Project::with_docs();
+    p.ingest();
+    for (var, value, key) in [
+        ("RAG_EMBED_POOLING", "cls", "embed.pooling"),
+        (
+            "RAG_EMBED_PASSAGE_PREFIX",
+            "passage: ",
+            "embed.passage_prefix",
+        ),
+    ] {
+        let (code, _, err) = p.run_env(&[(var, value)], &["search", "lighthouse"]);
+        assert_eq!(code, 4, "{var}: {err}");
+        assert!(err.contains(key) && err.contains("--rebuild"), "{err}");
+    }
+    // The query prefix changes the question's vector only.
+    let plain = search(&p, &[], "3");
+    let prefixed = search(&p, &[("RAG_EMBED_QUERY_PREFIX", "query: ")], "3");
+    assert_ne!(
+        plain["hits"][0]["vector_score"], prefixed["hits"][0]["vector_score"],
+        "{plain}\n{prefixed}"
+    );
+    // Rebuilt with CLS pooling and e5-style prefixes, the index answers with them.
+    let e5 = [
+        ("RAG_EMBED_POOLING", "cls"),
+        ("RAG_EMBED_PASSAGE_PREFIX", "passage: "),
+        ("RAG_EMBED_QUERY_PREFIX", "query: "),
+    ];
+    let (code, _, err) = p.run_env(&e5, &["ingest", "--rebuild", "docs"]);
+    assert!(code == 0 || code == 7, "{err}");
+    let cls = search(&p, &e5, "3");
+    assert!(!cls["hits"].as_array().unwrap().is_empty(), "{cls}");
+    assert_ne!(
+        cls["hits"][0]["vector_score"], prefixed["hits"][0]["vector_score"],
+        "CLS vectors differ from mean-pooled ones"
+    );
+    let (code, _, err) = p.run(&["search", "lighthouse"]);
+    assert_eq!(code, 4, "{err}");
+}
