@@ -103,6 +103,9 @@ pub struct IngestArgs {
     /// Keep indexed files that are gone from the walked folders
     #[arg(long)]
     pub no_prune: bool,
+    /// Parse again the files that failed before, even if they have not changed
+    #[arg(long)]
+    pub retry_failed: bool,
     /// Embedding batch size
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,

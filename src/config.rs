@@ -89,6 +89,10 @@ pub struct ChunkSettings {
     pub overlap_tokens: usize,
     /// Files larger than this are reported and skipped.
     pub max_file_bytes: u64,
+    /// Seconds one file's parse may take before it is abandoned and reported as failed.
+    pub parse_timeout_s: f64,
+    /// Address space of the parse worker, in MiB (0 = no limit).
+    pub parse_memory_mb: u64,
     /// Only files matching one of these globs are indexed (empty: every supported file).
     pub include: Vec<String>,
     /// Files matching one of these globs are never indexed.
@@ -201,6 +205,8 @@ impl Default for ChunkSettings {
             min_tokens: 120,
             overlap_tokens: 0,
             max_file_bytes: 10_000_000,
+            parse_timeout_s: 30.0,
+            parse_memory_mb: 4096,
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -462,6 +468,9 @@ impl Settings {
         if self.rerank.candidates == 0 || self.rerank.batch_size == 0 || self.rerank.max_length < 16
         {
             return bad("rerank.candidates and rerank.batch_size must be at least 1, rerank.max_length at least 16".into());
+        }
+        if self.chunk.parse_timeout_s <= 0.0 {
+            return bad("chunk.parse_timeout_s must be above 0".into());
         }
         if self.embed.batch_size == 0 {
             return bad("embed.batch_size must be at least 1".into());

@@ -199,6 +199,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 rebuild: a.rebuild,
                 dry_run: a.dry_run,
                 prune: !a.no_prune,
+                retry_failed: a.retry_failed,
             };
             let report = ingest::run(&settings, &a.paths, &opts, &ui, &rt)?;
             if a.json {
@@ -314,17 +315,31 @@ fn print_ingest(ui: &ui::Ui, r: &ingest::Report) -> Result<()> {
         ));
         return Ok(());
     }
+    for f in &r.files_skipped {
+        ui.info(&format!("skipped {}: {}", f.path, f.error));
+    }
     for f in &r.files_failed {
         ui.warn(&format!("{}: {}", f.path, f.error));
     }
+    for f in &r.files_failed_before {
+        ui.warn(&format!(
+            "{}: failed before and unchanged, not parsed again (--retry-failed): {}",
+            f.path, f.error
+        ));
+    }
+    let before = match r.files_failed_before.len() {
+        0 => String::new(),
+        n => format!(" (+{n} failed before)"),
+    };
     ui.info(&format!(
-        "{} files: {} added, {} changed, {} unchanged, {} removed, {} failed · {} chunks written, {} deleted · {:.1} s",
+        "{} files: {} added, {} changed, {} unchanged, {} removed, {} failed{before}, {} skipped · {} chunks written, {} deleted · {:.1} s",
         r.files_seen,
         r.files_added,
         r.files_changed,
         r.files_unchanged,
         r.files_removed,
         r.files_failed.len(),
+        r.files_skipped.len(),
         r.chunks_written,
         r.chunks_deleted,
         r.elapsed_ms as f64 / 1e3

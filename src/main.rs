@@ -5,6 +5,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(rag::ingest::isolate::WORKER_ARG) {
+        return rag::ingest::isolate::serve(&args[2..]);
+    }
     let cli = match rag::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -10,6 +10,8 @@ mod ask;
 mod errors;
 #[path = "cli/eval.rs"]
 mod eval;
+#[path = "cli/faults.rs"]
+mod faults;
 #[path = "cli/ingest.rs"]
 mod ingest;
 #[path = "cli/prompt.rs"]

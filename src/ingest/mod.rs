@@ -4,6 +4,8 @@
 //! never fatal.
 
 pub mod chunk;
+pub mod failed;
+pub mod isolate;
 pub mod parse;
 pub mod walk;
 
@@ -32,6 +34,8 @@ pub struct IngestOptions {
     pub rebuild: bool,
     pub dry_run: bool,
     pub prune: bool,
+    /// Parse files that failed before even when their content has not changed.
+    pub retry_failed: bool,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -48,7 +52,14 @@ pub struct Report {
     pub files_changed: usize,
     pub files_unchanged: usize,
     pub files_removed: usize,
+    /// Files that failed in this run (exit 7).
     pub files_failed: Vec<FileError>,
+    /// Files that failed in an earlier run and have not changed since: not parsed again
+    /// (`--retry-failed`), reported, and not a reason for exit 7.
+    pub files_failed_before: Vec<FileError>,
+    /// Files left out by policy: symbolic links, files over `chunk.max_file_bytes`,
+    /// unsupported types named on the command line.
+    pub files_skipped: Vec<FileError>,
     pub chunks_written: usize,
     /// Of those, chunks copied with their vectors from a stored file with identical content
     /// (a rename or a copy), not embedded again.
@@ -137,11 +148,21 @@ pub fn run(
         ..Report::default()
     };
     for (path, why) in &walked.skipped {
-        report.files_failed.push(FileError {
+        let list = if why.starts_with("unreadable") {
+            &mut report.files_failed
+        } else {
+            &mut report.files_skipped
+        };
+        list.push(FileError {
             path: path.clone(),
             error: why.clone(),
         });
     }
+    let mut failed = if opts.rebuild {
+        failed::Failed::default()
+    } else {
+        failed::Failed::load(dir)
+    };
 
     if opts.rebuild && !opts.dry_run {
         remove_index(dir)?;
@@ -180,6 +201,16 @@ pub fn run(
         };
         let hash = parse::content_hash(&bytes);
         drop(bytes);
+        if let Some(f) = failed
+            .known(&file.rel, &hash)
+            .filter(|_| !opts.retry_failed)
+        {
+            report.files_failed_before.push(FileError {
+                path: file.rel.clone(),
+                error: f.error.clone(),
+            });
+            continue;
+        }
         match old {
             Some(o) if o.hash == hash => plan.unchanged += 1,
             Some(_) => {
@@ -210,6 +241,8 @@ pub fn run(
         report.dry_run = Some(plan);
         return Ok(report);
     }
+    // Records of files that are gone from the walked folders go with them.
+    failed.retain(|p| seen.contains(p) || !walk::in_scope(p, &walked.scopes));
 
     let mut embedder = Embedder::load(&settings.embed)?;
     let meta = IndexMeta::new(
@@ -265,15 +298,21 @@ pub fn run(
     };
     debug_assert!(chunk_opts.max_tokens > HEADING_BUDGET);
 
+    let mut parser = isolate::Parser::new(isolate::Limits {
+        timeout: std::time::Duration::from_secs_f64(settings.chunk.parse_timeout_s),
+        memory_mb: settings.chunk.parse_memory_mb,
+    })?;
     let bar = ui.progress(todo.len() as u64, "embedding");
     let mut pending: Vec<Pending> = Vec::new();
     for (i, t) in todo.into_iter().enumerate() {
         bar.set_position(i as u64);
         let next = match reuse.remove(&t.file.rel) {
             Some(rows) => reused(&t, rows),
-            None => match prepare(&t, &embedder, chunk_opts, ui) {
+            None => match prepare(&t, &mut parser, &embedder, chunk_opts, ui) {
                 Ok(p) => p,
                 Err(error) => {
+                    failed.record(&t.file.rel, &t.hash, &error);
+                    failed.save()?;
                     report.files_failed.push(FileError {
                         path: t.file.rel.clone(),
                         error,
@@ -282,6 +321,7 @@ pub fn run(
                 }
             },
         };
+        failed.forget(&t.file.rel);
         if next.vectors.is_some() {
             report.chunks_reused += next.chunks.len();
         }
@@ -310,6 +350,7 @@ pub fn run(
         )?;
     }
     bar.finish_and_clear();
+    failed.save()?;
 
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
         let spin = ui.spinner("updating the full-text index");
@@ -349,18 +390,17 @@ fn reused(t: &Todo, rows: Vec<crate::store::StoredChunk>) -> Pending {
     }
 }
 
-/// Reads, parses and chunks a file; the error is the reason it is reported as failed.
+/// Reads and parses a file (in the parse worker) and chunks it; the error is the reason it
+/// is reported as failed.
 fn prepare(
     t: &Todo,
+    parser: &mut isolate::Parser,
     embedder: &Embedder,
     opts: ChunkOptions,
     ui: &Ui,
 ) -> std::result::Result<Pending, String> {
-    let bytes = std::fs::read(&t.file.abs).map_err(|e| format!("unreadable: {e}"))?;
-    // Hashed again: the record must describe the bytes that were indexed.
-    let hash = parse::content_hash(&bytes);
-    let doc = parse::parse(&t.file.rel, &bytes).map_err(|e| format!("{e:#}"))?;
-    drop(bytes);
+    // The worker hashes the bytes it parsed: the record must describe what was indexed.
+    let isolate::Parsed { doc, hash } = parser.parse(&t.file.rel, &t.file.abs)?;
     for w in &doc.warnings {
         ui.warn(&format!("{}: {w}", t.file.rel));
     }
@@ -472,7 +512,13 @@ pub fn chunk_meta(s: &crate::config::ChunkSettings) -> ChunkMeta {
 
 /// Removes what rag wrote in the index folder (and nothing else a user may have put there).
 fn remove_index(dir: &Path) -> Result<()> {
-    for name in ["chunks.lance", "files.lance", "index.json", "prompt-cache"] {
+    for name in [
+        "chunks.lance",
+        "files.lance",
+        "index.json",
+        "prompt-cache",
+        "failed.json",
+    ] {
         let p = dir.join(name);
         if p.is_dir() {
             std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Format {
     Markdown,
     Text,
@@ -48,8 +48,8 @@ const CODE_EXTENSIONS: &[&str] = &[
     "proto", "cmake", "mk", "css", "scss", "vue", "svelte",
 ];
 
-/// A parsed file.
-#[derive(Debug, Clone)]
+/// A parsed file (serialized between the parse worker and the ingest; see `isolate`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Document {
     pub path: String,
     pub format: Format,

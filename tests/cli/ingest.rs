@@ -139,14 +139,12 @@ fn bad_input_is_reported_and_the_rest_is_stored() {
         .iter()
         .map(|f| f["path"].as_str().unwrap())
         .collect();
-    for f in [
-        "bad/binary.txt",
-        "bad/empty.md",
-        "bad/huge.txt",
-        "bad/broken.pdf",
-    ] {
+    for f in ["bad/binary.txt", "bad/empty.md", "bad/broken.pdf"] {
         assert!(failed.contains(&f), "{f} not reported: {v}");
     }
+    // Too large is a policy, not a failure: listed as skipped.
+    assert_eq!(v["files_skipped"][0]["path"], "bad/huge.txt", "{v}");
+    assert!(!failed.contains(&"bad/huge.txt"), "{v}");
     assert!(
         err.contains("latin1.txt") && err.contains("UTF-8"),
         "lossy decoding is a warning: {err}"

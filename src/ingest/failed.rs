@@ -1,0 +1,110 @@
+//! Files that could not be indexed, with the hash of the content that failed
+//! (`<index>/failed.json`). An unchanged bad file is skipped on the next run instead of being
+//! parsed again (a crashing parser would otherwise cost every run the same time, and report
+//! the same failure forever); `rag ingest --retry-failed` tries them again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+const FILE: &str = "failed.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// blake3 of the content that failed.
+    pub hash: String,
+    pub error: String,
+}
+
+/// The failure records of one index, by path.
+#[derive(Debug, Default)]
+pub struct Failed {
+    path: PathBuf,
+    pub files: BTreeMap<String, Failure>,
+    dirty: bool,
+}
+
+impl Failed {
+    /// The records under `dir`; a missing or unreadable file means none (a damaged record
+    /// only costs a retry).
+    pub fn load(dir: &Path) -> Failed {
+        let path = dir.join(FILE);
+        let files = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Failed {
+            path,
+            files,
+            dirty: false,
+        }
+    }
+
+    /// The earlier failure of `path`, if its content is still the one that failed.
+    pub fn known(&self, path: &str, hash: &str) -> Option<&Failure> {
+        self.files.get(path).filter(|f| f.hash == hash)
+    }
+
+    pub fn record(&mut self, path: &str, hash: &str, error: &str) {
+        self.files.insert(
+            path.to_string(),
+            Failure {
+                hash: hash.to_string(),
+                error: error.to_string(),
+            },
+        );
+        self.dirty = true;
+    }
+
+    pub fn forget(&mut self, path: &str) {
+        self.dirty |= self.files.remove(path).is_some();
+    }
+
+    /// Drops records of paths `keep` rejects (files gone from disk).
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        let before = self.files.len();
+        self.files.retain(|p, _| keep(p));
+        self.dirty |= self.files.len() != before;
+    }
+
+    /// Writes the records if they changed: a temporary file renamed over the old one, so a
+    /// crash leaves the old or the new records, never half of them.
+    pub fn save(&mut self) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let tmp = self.path.with_extension("json.tmp");
+        let json = serde_json::to_vec_pretty(&self.files)?;
+        std::fs::write(&tmp, json).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("replacing {}", self.path.display()))?;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_a_reload_and_match_only_the_failed_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = Failed::load(dir.path());
+        assert!(f.files.is_empty());
+        f.record("a.html", "h1", "stack overflow");
+        f.record("b.pdf", "h2", "timeout");
+        f.save().unwrap();
+        let mut g = Failed::load(dir.path());
+        assert_eq!(g.known("a.html", "h1").unwrap().error, "stack overflow");
+        assert!(g.known("a.html", "changed").is_none());
+        g.forget("a.html");
+        g.retain(|p| p != "b.pdf");
+        g.save().unwrap();
+        assert!(Failed::load(dir.path()).files.is_empty());
+        std::fs::write(dir.path().join(FILE), "{not json").unwrap();
+        assert!(Failed::load(dir.path()).files.is_empty(), "damaged = none");
+    }
+}
