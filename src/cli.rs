@@ -94,7 +94,7 @@ pub struct IngestArgs {
     /// Print one JSON object on stdout instead of a summary
     #[arg(long)]
     pub json: bool,
-    /// Drop the existing index and build it again
+    /// Build the index again from scratch (beside the old one, which stays until the new one is complete)
     #[arg(long)]
     pub rebuild: bool,
     /// Print what would be added, changed and removed; write nothing
@@ -106,6 +106,12 @@ pub struct IngestArgs {
     /// Parse again the files that failed before, even if they have not changed
     #[arg(long)]
     pub retry_failed: bool,
+    /// Allow removing more than half of the indexed files in this run
+    #[arg(long)]
+    pub prune_all: bool,
+    /// Make this project the index's root although the index belongs to another folder
+    #[arg(long)]
+    pub change_root: bool,
     /// Embedding batch size
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,

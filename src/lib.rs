@@ -200,6 +200,8 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 dry_run: a.dry_run,
                 prune: !a.no_prune,
                 retry_failed: a.retry_failed,
+                prune_all: a.prune_all,
+                change_root: a.change_root,
             };
             let report = ingest::run(&settings, &a.paths, &opts, &ui, &rt)?;
             if a.json {

@@ -298,6 +298,18 @@ impl Store {
         )))
     }
 
+    /// Records `root` as the project root of the index in `dir` (index.json rewritten
+    /// through a temporary file, so a crash leaves the old or the new one).
+    pub fn set_root(&mut self, dir: &Path, root: &Path) -> Result<()> {
+        self.meta.root = root.to_path_buf();
+        let tmp = dir.join(format!("{META}.tmp"));
+        std::fs::write(&tmp, serde_json::to_string_pretty(&self.meta)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, dir.join(META))
+            .with_context(|| format!("replacing {}", dir.join(META).display()))?;
+        Ok(())
+    }
+
     /// Checks only the embedding model and how it was used (what search needs).
     pub fn check_model(&self, model: &ModelInfo) -> Result<()> {
         let Some(what) = embed_diff(&self.meta.embed, model) else {
@@ -633,6 +645,14 @@ pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
         .enable_all()
         .build()?;
     rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+}
+
+/// The project root recorded in the index at `dir`, read leniently (any layout, even one
+/// this rag cannot open), so the check works before a `--rebuild` too.
+pub fn recorded_root(dir: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(dir.join(META)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("root")?.as_str().map(PathBuf::from)
 }
 
 /// How the vectors of `built` and `now` differ, in the terms of the settings, or `None`.

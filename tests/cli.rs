@@ -18,3 +18,5 @@ mod ingest;
 mod prompt;
 #[path = "cli/retrieval.rs"]
 mod retrieval;
+#[path = "cli/safety.rs"]
+mod safety;

@@ -58,6 +58,11 @@ impl Failed {
         self.dirty = true;
     }
 
+    /// Makes the next `save` write the file even if nothing changed.
+    pub fn touch(&mut self) {
+        self.dirty = true;
+    }
+
     pub fn forget(&mut self, path: &str) {
         self.dirty |= self.files.remove(path).is_some();
     }

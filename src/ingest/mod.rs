@@ -7,6 +7,7 @@ pub mod chunk;
 pub mod failed;
 pub mod isolate;
 pub mod parse;
+pub mod rebuild;
 pub mod walk;
 
 use std::collections::HashMap;
@@ -36,6 +37,10 @@ pub struct IngestOptions {
     pub prune: bool,
     /// Parse files that failed before even when their content has not changed.
     pub retry_failed: bool,
+    /// Remove more than half of the indexed files if that is what the walk says.
+    pub prune_all: bool,
+    /// Make this project the index's root although the index was made for another one.
+    pub change_root: bool,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -139,7 +144,17 @@ pub fn run(
     let started = Instant::now();
     let dir = &settings.index.dir;
     let _lock = if opts.dry_run { None } else { Some(lock(dir)?) };
+    if !opts.dry_run {
+        rebuild::recover(dir)?;
+    }
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
+    check_root(dir, &root, opts.change_root)?;
+    // A rebuild writes a new index beside the old one and swaps it in at the end.
+    let target = if opts.rebuild {
+        rebuild::next_dir(dir)
+    } else {
+        dir.to_path_buf()
+    };
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
     let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes, &filter)?;
@@ -158,16 +173,8 @@ pub fn run(
             error: why.clone(),
         });
     }
-    let mut failed = if opts.rebuild {
-        failed::Failed::default()
-    } else {
-        failed::Failed::load(dir)
-    };
-
-    if opts.rebuild && !opts.dry_run {
-        remove_index(dir)?;
-    }
-    let existing = if Store::exists(dir) && !(opts.rebuild && opts.dry_run) {
+    let mut failed = failed::Failed::load(&target);
+    let existing = if !opts.rebuild && Store::exists(dir) {
         Some(rt.block_on(Store::open(dir))?)
     } else {
         None
@@ -177,20 +184,133 @@ pub fn run(
         None => HashMap::new(),
     };
 
-    // Plan. Size and mtime equal to the record means unchanged without reading the file;
-    // otherwise the content hash decides.
+    let (todo, plan, seen) = make_plan(&walked, &states, &failed, opts, &mut report);
+    report.files_added = plan.added.len();
+    report.files_changed = plan.changed.len();
+    report.files_unchanged = plan.unchanged;
+    report.files_removed = plan.removed.len();
+    if opts.dry_run {
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        report.dry_run = Some(plan);
+        return Ok(report);
+    }
+    guard_prune(&plan.removed, states.len(), opts)?;
+    // Records of files that are gone from the walked folders go with them.
+    failed.retain(|p| seen.contains(p) || !walk::in_scope(p, &walked.scopes));
+    if opts.rebuild {
+        // Always written, so a rebuild never keeps the old index's records.
+        failed.touch();
+    }
+
+    let mut embedder = Embedder::load(&settings.embed)?;
+    let meta = IndexMeta::new(
+        embedder.info.clone(),
+        chunk_meta(&settings.chunk),
+        root.clone(),
+    );
+    let store = match existing {
+        Some(mut s) => {
+            s.check(&meta)?;
+            if s.meta.root != root {
+                // A moved project, or --change-root: the index now belongs here.
+                s.set_root(dir, &root)?;
+            }
+            s
+        }
+        None => rt.block_on(Store::open_or_create(&target, meta))?,
+    };
+    let reuse = reusable(&todo, &states, &store, rt)?;
+    if !plan.removed.is_empty() {
+        let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
+        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
+    }
+    let mut w = Writer {
+        store: &store,
+        embedder: &mut embedder,
+        failed: &mut failed,
+        report: &mut report,
+        rt,
+    };
+    w.index(todo, reuse, &states, settings, ui)?;
+    failed.save()?;
+
+    if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
+        let spin = ui.spinner("updating the full-text index");
+        rt.block_on(store.refresh_text_index())?;
+        spin.finish_and_clear();
+    }
+    drop(store);
+    if opts.rebuild {
+        rebuild::finish(dir)?;
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Refuses (exit 2) an ingest into an index that belongs to another project root that
+/// still exists: its paths would mix with this project's, and pruning would remove the
+/// other project's files. A root that is gone is a moved project (paths are relative, so
+/// the index still fits); `--change-root` says the new root is meant.
+fn check_root(dir: &Path, root: &Path, change_root: bool) -> Result<()> {
+    let Some(recorded) = crate::store::recorded_root(dir) else {
+        return Ok(());
+    };
+    let same = std::fs::canonicalize(&recorded).is_ok_and(|r| r == root) || recorded == root;
+    if same || change_root || !recorded.is_dir() {
+        return Ok(());
+    }
+    Err(ExitError::usage(format!(
+        "the index at {} belongs to the project at {}, not {}: an ingest from here would mix the two and prune the other project's files. Run rag from {}, give this project its own index (--index DIR or index.dir), or pass --change-root to make {} the index's project",
+        dir.display(),
+        recorded.display(),
+        root.display(),
+        recorded.display(),
+        root.display()
+    )))
+}
+
+/// Share of the indexed files one run may remove without `--prune-all`.
+const PRUNE_LIMIT: f64 = 0.5;
+
+/// Refuses a run that would remove more than half of the indexed files (a mistyped folder,
+/// a half-mounted disk): pruning by mistake loses the index's copy of the documents.
+fn guard_prune(removed: &[String], indexed: usize, opts: &IngestOptions) -> Result<()> {
+    if opts.prune_all || removed.len() < 2 || (removed.len() as f64) <= PRUNE_LIMIT * indexed as f64
+    {
+        return Ok(());
+    }
+    let shown: Vec<&str> = removed.iter().take(10).map(String::as_str).collect();
+    let more = removed.len().saturating_sub(shown.len());
+    Err(ExitError::usage(format!(
+        "this ingest would remove {} of the {indexed} indexed files, which are gone from the walked folders ({}{}); if that is right, run it again with --prune-all; --no-prune keeps them, --dry-run shows the whole plan",
+        removed.len(),
+        shown.join(", "),
+        if more > 0 { format!(", and {more} more") } else { String::new() }
+    )))
+}
+
+/// Plans the run: which walked files need (re)indexing, which stored files are gone.
+/// Size and mtime equal to the record means unchanged without reading the file; otherwise
+/// the content hash decides. Returns the work, the plan and every walked path.
+fn make_plan(
+    walked: &walk::Walked,
+    states: &HashMap<String, FileState>,
+    failed: &failed::Failed,
+    opts: &IngestOptions,
+    report: &mut Report,
+) -> (Vec<Todo>, Plan, std::collections::HashSet<String>) {
     let mut todo = Vec::new();
     let mut plan = Plan::default();
     let mut seen = std::collections::HashSet::new();
-    for file in walked.files {
+    for file in &walked.files {
         seen.insert(file.rel.clone());
         let old = states.get(&file.rel);
         if old.is_some_and(|o| o.size == file.size && o.mtime_ns == file.mtime_ns) {
             plan.unchanged += 1;
             continue;
         }
-        let bytes = match std::fs::read(&file.abs) {
-            Ok(b) => b,
+        let hash = match std::fs::read(&file.abs) {
+            Ok(bytes) => parse::content_hash(&bytes),
             Err(e) => {
                 report.files_failed.push(FileError {
                     path: file.rel.clone(),
@@ -199,8 +319,6 @@ pub fn run(
                 continue;
             }
         };
-        let hash = parse::content_hash(&bytes);
-        drop(bytes);
         if let Some(f) = failed
             .known(&file.rel, &hash)
             .filter(|_| !opts.retry_failed)
@@ -211,6 +329,7 @@ pub fn run(
             });
             continue;
         }
+        let file = file.clone();
         match old {
             Some(o) if o.hash == hash => plan.unchanged += 1,
             Some(_) => {
@@ -224,49 +343,44 @@ pub fn run(
         }
     }
     if opts.prune {
-        plan.removed = states
-            .keys()
-            .filter(|p| !seen.contains(*p) && walk::in_scope(p, &walked.scopes))
-            .cloned()
-            .collect();
-        plan.removed.sort();
+        plan.removed = prunable(states.keys(), &seen, &walked.scopes, &walked.unreadable);
     }
-    report.files_added = plan.added.len();
-    report.files_changed = plan.changed.len();
-    report.files_unchanged = plan.unchanged;
-    report.files_removed = plan.removed.len();
+    (todo, plan, seen)
+}
 
-    if opts.dry_run {
-        report.elapsed_ms = started.elapsed().as_millis() as u64;
-        report.dry_run = Some(plan);
-        return Ok(report);
-    }
-    // Records of files that are gone from the walked folders go with them.
-    failed.retain(|p| seen.contains(p) || !walk::in_scope(p, &walked.scopes));
+/// Stored paths to remove: inside a walked scope, not seen, and not under a folder the walk
+/// could not read (its files' absence proves nothing).
+fn prunable<'a>(
+    stored: impl Iterator<Item = &'a String>,
+    seen: &std::collections::HashSet<String>,
+    scopes: &[String],
+    unreadable: &[String],
+) -> Vec<String> {
+    let mut out: Vec<String> = stored
+        .filter(|p| {
+            !seen.contains(*p) && walk::in_scope(p, scopes) && !walk::in_scope(p, unreadable)
+        })
+        .cloned()
+        .collect();
+    out.sort();
+    out
+}
 
-    let mut embedder = Embedder::load(&settings.embed)?;
-    let meta = IndexMeta::new(
-        embedder.info.clone(),
-        chunk_meta(&settings.chunk),
-        root.clone(),
-    );
-    let store = match existing {
-        Some(s) => {
-            s.check(&meta)?;
-            s
-        }
-        None => rt.block_on(Store::open_or_create(dir, meta))?,
-    };
-
-    // Files whose content is already stored under another path (renames, copies) take the
-    // stored chunks and vectors instead of being embedded again. Fetched before removals,
-    // since a rename's old path is among them.
+/// Files whose content is already stored under another path (renames, copies) take the
+/// stored chunks and vectors instead of being embedded again. Fetched before removals,
+/// since a rename's old path is among them.
+fn reusable(
+    todo: &[Todo],
+    states: &HashMap<String, FileState>,
+    store: &Store,
+    rt: &tokio::runtime::Runtime,
+) -> Result<HashMap<String, Vec<crate::store::StoredChunk>>> {
     let by_hash: HashMap<&str, &str> = states
         .values()
         .map(|s| (s.hash.as_str(), s.path.as_str()))
         .collect();
-    let mut reuse: HashMap<String, Vec<crate::store::StoredChunk>> = HashMap::new();
-    for t in &todo {
+    let mut reuse = HashMap::new();
+    for t in todo {
         if let Some(src) = by_hash
             .get(t.hash.as_str())
             .filter(|src| **src != t.file.rel)
@@ -277,88 +391,99 @@ pub fn run(
             }
         }
     }
+    Ok(reuse)
+}
 
-    if !plan.removed.is_empty() {
-        let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
-        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
-    }
+/// What the indexing loop writes to.
+struct Writer<'a> {
+    store: &'a Store,
+    embedder: &'a mut Embedder,
+    failed: &'a mut failed::Failed,
+    report: &'a mut Report,
+    rt: &'a tokio::runtime::Runtime,
+}
 
-    let old_chunks: HashMap<&str, u32> = states
-        .values()
-        .map(|s| (s.path.as_str(), s.chunks))
-        .collect();
-    let chunk_opts = ChunkOptions {
-        max_tokens: settings.chunk.max_tokens.min(
-            embedder
-                .max_length
-                .saturating_sub(2 + embedder.prefix_tokens()),
-        ),
-        min_tokens: settings.chunk.min_tokens,
-        overlap_tokens: settings.chunk.overlap_tokens,
-    };
-    debug_assert!(chunk_opts.max_tokens > HEADING_BUDGET);
-
-    let mut parser = isolate::Parser::new(isolate::Limits {
-        timeout: std::time::Duration::from_secs_f64(settings.chunk.parse_timeout_s),
-        memory_mb: settings.chunk.parse_memory_mb,
-    })?;
-    let bar = ui.progress(todo.len() as u64, "embedding");
-    let mut pending: Vec<Pending> = Vec::new();
-    for (i, t) in todo.into_iter().enumerate() {
-        bar.set_position(i as u64);
-        let next = match reuse.remove(&t.file.rel) {
-            Some(rows) => reused(&t, rows),
-            None => match prepare(&t, &mut parser, &embedder, chunk_opts, ui) {
-                Ok(p) => p,
-                Err(error) => {
-                    failed.record(&t.file.rel, &t.hash, &error);
-                    failed.save()?;
-                    report.files_failed.push(FileError {
-                        path: t.file.rel.clone(),
-                        error,
-                    });
-                    continue;
-                }
-            },
+impl Writer<'_> {
+    /// Parses, chunks, embeds and commits `todo` in bounded batches.
+    fn index(
+        &mut self,
+        todo: Vec<Todo>,
+        mut reuse: HashMap<String, Vec<crate::store::StoredChunk>>,
+        states: &HashMap<String, FileState>,
+        settings: &Settings,
+        ui: &Ui,
+    ) -> Result<()> {
+        let old_chunks: HashMap<&str, u32> = states
+            .values()
+            .map(|s| (s.path.as_str(), s.chunks))
+            .collect();
+        let chunk_opts = ChunkOptions {
+            max_tokens: settings.chunk.max_tokens.min(
+                self.embedder
+                    .max_length
+                    .saturating_sub(2 + self.embedder.prefix_tokens()),
+            ),
+            min_tokens: settings.chunk.min_tokens,
+            overlap_tokens: settings.chunk.overlap_tokens,
         };
-        failed.forget(&t.file.rel);
-        if next.vectors.is_some() {
-            report.chunks_reused += next.chunks.len();
+        debug_assert!(chunk_opts.max_tokens > HEADING_BUDGET);
+        let mut parser = isolate::Parser::new(isolate::Limits {
+            timeout: std::time::Duration::from_secs_f64(settings.chunk.parse_timeout_s),
+            memory_mb: settings.chunk.parse_memory_mb,
+        })?;
+        let bar = ui.progress(todo.len() as u64, "embedding");
+        let mut pending: Vec<Pending> = Vec::new();
+        for (i, t) in todo.into_iter().enumerate() {
+            bar.set_position(i as u64);
+            let next = match reuse.remove(&t.file.rel) {
+                Some(rows) => reused(&t, rows),
+                None => match prepare(&t, &mut parser, self.embedder, chunk_opts, ui) {
+                    Ok(p) => p,
+                    Err(error) => {
+                        self.failed.record(&t.file.rel, &t.hash, &error);
+                        self.failed.save()?;
+                        self.report.files_failed.push(FileError {
+                            path: t.file.rel.clone(),
+                            error,
+                        });
+                        continue;
+                    }
+                },
+            };
+            self.failed.forget(&t.file.rel);
+            if next.vectors.is_some() {
+                self.report.chunks_reused += next.chunks.len();
+            }
+            pending.push(next);
+            if pending.iter().map(|p| p.chunks.len()).sum::<usize>() >= COMMIT_CHUNKS {
+                self.flush(&mut pending, &old_chunks)?;
+                let secs = (self.report.embed_ms as f64 / 1e3).max(1e-9);
+                bar.set_message(format!(
+                    "{:.0} tok/s",
+                    self.report.embed_tokens as f64 / secs
+                ));
+            }
         }
-        pending.push(next);
-        if pending.iter().map(|p| p.chunks.len()).sum::<usize>() >= COMMIT_CHUNKS {
-            flush(
-                &mut report,
-                &store,
-                &mut embedder,
-                &mut pending,
-                &old_chunks,
-                rt,
-            )?;
-            let secs = (report.embed_ms as f64 / 1e3).max(1e-9);
-            bar.set_message(format!("{:.0} tok/s", report.embed_tokens as f64 / secs));
+        if !pending.is_empty() {
+            self.flush(&mut pending, &old_chunks)?;
         }
+        bar.finish_and_clear();
+        Ok(())
     }
-    if !pending.is_empty() {
-        flush(
-            &mut report,
-            &store,
-            &mut embedder,
-            &mut pending,
-            &old_chunks,
-            rt,
-        )?;
-    }
-    bar.finish_and_clear();
-    failed.save()?;
 
-    if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
-        let spin = ui.spinner("updating the full-text index");
-        rt.block_on(store.refresh_text_index())?;
-        spin.finish_and_clear();
+    /// Commits the pending files and adds what it did to the report.
+    fn flush(&mut self, pending: &mut Vec<Pending>, old_chunks: &HashMap<&str, u32>) -> Result<()> {
+        let (written, deleted, tokens, ms, (pad_sorted, pad_unsorted)) =
+            commit(self.store, self.embedder, pending, old_chunks, self.rt)?;
+        let r = &mut *self.report;
+        r.embed_tokens += tokens;
+        r.embed_padding_tokens += pad_sorted;
+        r.embed_padding_tokens_unsorted += pad_unsorted;
+        r.chunks_written += written;
+        r.chunks_deleted += deleted;
+        r.embed_ms += ms;
+        Ok(())
     }
-    report.elapsed_ms = started.elapsed().as_millis() as u64;
-    Ok(report)
 }
 
 /// A file ready to be written: its record, its chunks, and their vectors when they were
@@ -426,26 +551,6 @@ fn file_state(t: &Todo, hash: String, chunks: usize) -> FileState {
     }
 }
 
-/// Commits the pending files and adds what it did to the report.
-fn flush(
-    report: &mut Report,
-    store: &Store,
-    embedder: &mut Embedder,
-    pending: &mut Vec<Pending>,
-    old_chunks: &HashMap<&str, u32>,
-    rt: &tokio::runtime::Runtime,
-) -> Result<()> {
-    let (written, deleted, tokens, ms, (pad_sorted, pad_unsorted)) =
-        commit(store, embedder, pending, old_chunks, rt)?;
-    report.embed_tokens += tokens;
-    report.embed_padding_tokens += pad_sorted;
-    report.embed_padding_tokens_unsorted += pad_unsorted;
-    report.chunks_written += written;
-    report.chunks_deleted += deleted;
-    report.embed_ms += ms;
-    Ok(())
-}
-
 /// Embeds what needs it and writes the pending files; returns (chunks written, chunks
 /// replaced, embedder tokens, milliseconds spent embedding).
 fn commit(
@@ -510,21 +615,54 @@ pub fn chunk_meta(s: &crate::config::ChunkSettings) -> ChunkMeta {
     }
 }
 
-/// Removes what rag wrote in the index folder (and nothing else a user may have put there).
-fn remove_index(dir: &Path) -> Result<()> {
-    for name in [
-        "chunks.lance",
-        "files.lance",
-        "index.json",
-        "prompt-cache",
-        "failed.json",
-    ] {
-        let p = dir.join(name);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
-        } else if p.exists() {
-            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(prune_all: bool) -> IngestOptions {
+        IngestOptions {
+            rebuild: false,
+            dry_run: false,
+            prune: true,
+            retry_failed: false,
+            prune_all,
+            change_root: false,
         }
     }
-    Ok(())
+
+    #[test]
+    fn pruning_skips_unreadable_folders_and_stops_at_half_the_index() {
+        let stored: Vec<String> = ["docs/a.md", "docs/b.md", "docs/locked/c.md", "other/d.md"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let seen = std::collections::HashSet::from(["docs/a.md".to_string()]);
+        let scopes = vec!["docs".to_string()];
+        let gone = prunable(stored.iter(), &seen, &scopes, &["docs/locked".into()]);
+        assert_eq!(
+            gone,
+            vec!["docs/b.md"],
+            "out of scope and unreadable folders stay"
+        );
+        let gone = prunable(stored.iter(), &seen, &scopes, &[]);
+        assert_eq!(gone, vec!["docs/b.md", "docs/locked/c.md"]);
+
+        let three: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        assert!(
+            guard_prune(&three[..2], 4, &opts(false)).is_ok(),
+            "half is allowed"
+        );
+        let e = guard_prune(&three, 4, &opts(false)).unwrap_err();
+        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("3 of the 4") && msg.contains("a, b, c") && msg.contains("--prune-all"),
+            "{msg}"
+        );
+        assert!(guard_prune(&three, 4, &opts(true)).is_ok());
+        assert!(
+            guard_prune(&three[..1], 1, &opts(false)).is_ok(),
+            "a lone file may go"
+        );
+    }
 }

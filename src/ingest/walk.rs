@@ -28,6 +28,21 @@ pub struct Walked {
     pub skipped: Vec<(String, String)>,
     /// Relative prefixes the walk covered: only stored files under these can be pruned.
     pub scopes: Vec<String>,
+    /// Relative paths the walk could not read (folders it could not list): stored files
+    /// under them are never pruned, since their absence proves nothing.
+    pub unreadable: Vec<String>,
+}
+
+/// The path an `ignore` error is about, if it names one.
+fn error_path(e: &ignore::Error) -> Option<&Path> {
+    match e {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            error_path(err)
+        }
+        ignore::Error::Partial(errs) => errs.iter().find_map(error_path),
+        _ => None,
+    }
 }
 
 pub fn relative(root: &Path, abs: &Path) -> String {
@@ -106,7 +121,14 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
             let entry = match entry {
                 Ok(e) => e,
                 Err(e) => {
-                    out.skipped.push((e.to_string(), "unreadable".into()));
+                    let path = error_path(&e).map(|p| relative(root, p));
+                    if let Some(p) = &path {
+                        out.unreadable.push(p.clone());
+                    }
+                    out.skipped.push((
+                        path.unwrap_or_else(|| e.to_string()),
+                        format!("unreadable: {e}"),
+                    ));
                     continue;
                 }
             };
@@ -135,6 +157,7 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
             let meta = match entry.metadata() {
                 Ok(m) => m,
                 Err(e) => {
+                    out.unreadable.push(rel.clone());
                     out.skipped.push((rel, format!("unreadable: {e}")));
                     continue;
                 }
