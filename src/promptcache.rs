@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -108,8 +108,7 @@ impl PromptCache {
         if self.max_bytes == 0 || tokens.is_empty() {
             return Ok(());
         }
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating {}", self.dir.display()))?;
+        crate::store::create_private_dir(&self.dir)?;
         let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         let name = format!("{}-{}", self.key, &blake3::hash(&bytes).to_hex()[..16]);
         let state = self.dir.join(format!("{name}.state"));

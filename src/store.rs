@@ -240,8 +240,7 @@ impl Store {
             store.check(&meta)?;
             return Ok(store);
         }
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the index folder {}", dir.display()))?;
+        create_private_dir(dir)?;
         let db = connect(dir).await?;
         let names = db.table_names().execute().await?;
         // Tables left by an ingest killed before index.json was written are recreated.
@@ -645,6 +644,17 @@ pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
         .enable_all()
         .build()?;
     rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+}
+
+/// Creates the index folder (and missing parents) readable by its owner only: it holds a
+/// copy of the documents, which may be private. An existing folder keeps its mode.
+pub fn create_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating the index folder {}", dir.display()))
 }
 
 /// The project root recorded in the index at `dir`, read leniently (any layout, even one

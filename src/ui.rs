@@ -18,7 +18,7 @@ impl Ui {
     /// surfaces as an error that `main` turns into a quiet success.
     pub fn out(&self, text: &str) -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
-        out.write_all(text.as_bytes())?;
+        out.write_all(printable(text).as_bytes())?;
         out.flush()
     }
 
@@ -35,7 +35,7 @@ impl Ui {
     /// Summaries and notes for people; silent with `-q`.
     pub fn info(&self, text: &str) {
         if !self.quiet {
-            eprintln!("{text}");
+            err_line(text);
         }
     }
 
@@ -48,12 +48,12 @@ impl Ui {
 
     /// A line on stderr that the user asked for (`--stats`, `-v`); shown even with `-q`.
     pub fn stderr(&self, text: &str) {
-        eprintln!("{text}");
+        err_line(text);
     }
 
     /// Problems worth knowing about that did not stop the command; shown even with `-q`.
     pub fn warn(&self, text: &str) {
-        eprintln!("warning: {text}");
+        err_line(&format!("warning: {text}"));
     }
 
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
@@ -89,7 +89,51 @@ impl Ui {
     }
 }
 
+/// A line on stderr. A closed or broken stderr (`2>&-`, a log reader that went away) must
+/// not panic the way `eprintln!` does: the line is lost, the command goes on.
+fn err_line(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", printable(text));
+}
+
+/// `text` without terminal control characters: documents are written by others, and an
+/// escape sequence in one (ESC, CSI, OSC ...) must not reach the terminal through a search
+/// hit, an answer or a warning, where it could recolour, retitle or rewrite the screen.
+/// Control characters other than newline and tab become their visible Unicode symbols
+/// (ESC is shown as ␛); JSON output is unchanged, since serde_json already escapes C0.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(bad) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| match c {
+            c if !bad(c) => c,
+            '\u{7f}' => '\u{2421}',
+            c if (c as u32) < 0x20 => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+            _ => '\u{fffd}',
+        })
+        .collect::<String>()
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        assert_eq!(super::printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            super::printable("a\x1b[31mred\x1b]0;title\x07"),
+            "a\u{241b}[31mred\u{241b}]0;title\u{2407}"
+        );
+        assert_eq!(
+            super::printable("\r\u{7f}\u{9b}x"),
+            "\u{240d}\u{2421}\u{fffd}x"
+        );
+    }
+}
+
 /// The last word of a failed command: the whole error chain on one line.
 pub fn error(err: &anyhow::Error) {
-    eprintln!("rag: error: {err:#}");
+    err_line(&format!("rag: error: {err:#}"));
 }

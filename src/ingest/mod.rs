@@ -105,8 +105,7 @@ struct IngestLock {
 }
 
 fn lock(dir: &Path) -> Result<IngestLock> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating the index folder {}", dir.display()))?;
+    crate::store::create_private_dir(dir)?;
     let path = dir.join("ingest.lock");
     let mut file = std::fs::OpenOptions::new()
         .create(true)

@@ -130,3 +130,65 @@ fn removing_most_of_the_index_needs_prune_all() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["files_removed"].as_u64().unwrap(), stored - 1, "{v}");
 }
+
+#[test]
+fn hostile_text_and_a_closed_stderr_do_not_reach_or_break_the_terminal() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::empty();
+    let docs = p.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("evil.md"),
+        "# Otters\n\nOtters \x1b]0;pwned\x07hold \x1b[2Jhands while sleeping.\n",
+    )
+    .unwrap();
+    p.ingest();
+    let mode = std::fs::metadata(p.path().join(".rag"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o700,
+        "the index holds a copy of the documents"
+    );
+
+    let (code, out, _) = p.run(&["search", "otters sleeping"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Otters") && !out.contains('\x1b') && !out.contains('\x07'),
+        "{out:?}"
+    );
+    assert!(out.contains('\u{241b}'), "shown, not executed: {out:?}");
+    let v = p.json(&["search", "--json", "otters sleeping"]);
+    assert!(
+        v["hits"][0]["text"].as_str().unwrap().contains('\x1b'),
+        "JSON keeps the text exactly"
+    );
+
+    // stderr closed by the reader: no panic (exit 101), the command's own exit code.
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
+        .current_dir(p.path())
+        .args(["ingest", "docs"])
+        .stderr(w)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
+        .current_dir(p.path())
+        .args(["search", "--mode", "vector", "--where", "nonsense ===", "x"])
+        .stderr(w)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "an error with nowhere to print it still exits 1"
+    );
+}
