@@ -146,7 +146,7 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtim
             })
             .collect();
         files.dedup_by(|a, b| a.path == b.path);
-        rt.block_on(store.replace_files(&files, &rows))?;
+        rt.block_on(store.replace_files(&files, &[], &rows))?;
         ui.info(&format!("{end} / {n} chunks"));
     }
     rt.block_on(store.refresh_text_index())?;

@@ -342,20 +342,34 @@ impl Store {
         Ok(out)
     }
 
-    /// Replaces everything stored for `files` with `rows` in three commits: delete their old
-    /// chunks, add the new ones, then record the files. A crash between commits leaves the
-    /// old file record, so the next ingest redoes these files; chunk ids are content hashes,
-    /// and the delete-by-path comes first, so no chunk is ever duplicated.
-    pub async fn replace_files(&self, files: &[FileState], rows: &[Row<'_>]) -> Result<()> {
+    /// Replaces everything stored for `files` with `rows` in up to four commits: forget the
+    /// records of the files that had one (`recorded`), delete their old chunks, add the new
+    /// ones, then record the files. A crash between commits leaves a file without a record,
+    /// so the next ingest indexes it again whatever its content is then. (Keeping the old
+    /// record until the end was not enough: a file reverted to its old content before the
+    /// next run matched that record and stayed without chunks.) Chunk ids are content
+    /// hashes and the delete-by-path comes first, so no chunk is ever duplicated.
+    pub async fn replace_files(
+        &self,
+        files: &[FileState],
+        recorded: &[&str],
+        rows: &[Row<'_>],
+    ) -> Result<()> {
         if files.is_empty() {
             return Ok(());
+        }
+        for group in recorded.chunks(500) {
+            self.files.delete(path_in(group).as_str()).await?;
+            fault_point();
         }
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         for group in paths.chunks(500) {
             self.chunks.delete(path_in(group).as_str()).await?;
+            fault_point();
         }
         if !rows.is_empty() {
             self.chunks.add(self.chunk_batch(rows)?).execute().await?;
+            fault_point();
         }
         let batch = RecordBatch::try_new(
             file_schema(),
@@ -383,6 +397,7 @@ impl Store {
             .when_matched_update_all(None)
             .when_not_matched_insert_all();
         merge.execute(reader).await?;
+        fault_point();
         Ok(())
     }
 
@@ -395,7 +410,9 @@ impl Store {
                 .delete(path_in(group).as_str())
                 .await?
                 .num_deleted_rows;
+            fault_point();
             self.files.delete(path_in(group).as_str()).await?;
+            fault_point();
         }
         Ok(deleted)
     }
@@ -644,6 +661,20 @@ pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
         .enable_all()
         .build()?;
     rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+}
+
+/// Fault injection for the crash tests: with `RAG_TEST_CRASH_AT=N`, the process aborts
+/// right after its Nth commit to a table, as a power cut or `kill -9` would stop it there.
+fn fault_point() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static COMMITS: AtomicUsize = AtomicUsize::new(0);
+    let n = COMMITS.fetch_add(1, Ordering::SeqCst) + 1;
+    let at = std::env::var("RAG_TEST_CRASH_AT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    if at == Some(n) {
+        std::process::abort();
+    }
 }
 
 /// Creates the index folder (and missing parents) readable by its owner only: it holds a

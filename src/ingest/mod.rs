@@ -595,7 +595,12 @@ fn commit(
         }
     }
     let files: Vec<FileState> = pending.iter().map(|p| p.state.clone()).collect();
-    rt.block_on(store.replace_files(&files, &rows))?;
+    let recorded: Vec<&str> = files
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| old_chunks.contains_key(p))
+        .collect();
+    rt.block_on(store.replace_files(&files, &recorded, &rows))?;
     let replaced = files
         .iter()
         .map(|f| u64::from(old_chunks.get(f.path.as_str()).copied().unwrap_or(0)))
