@@ -342,13 +342,15 @@ impl Store {
         Ok(out)
     }
 
-    /// Replaces everything stored for `files` with `rows` in up to four commits: forget the
-    /// records of the files that had one (`recorded`), delete their old chunks, add the new
-    /// ones, then record the files. A crash between commits leaves a file without a record,
-    /// so the next ingest indexes it again whatever its content is then. (Keeping the old
-    /// record until the end was not enough: a file reverted to its old content before the
-    /// next run matched that record and stayed without chunks.) Chunk ids are content
-    /// hashes and the delete-by-path comes first, so no chunk is ever duplicated.
+    /// Replaces everything stored for `files` with `rows`. For files that had a record
+    /// (`recorded`: changed files) the chunks change in one commit, a `merge_insert` that adds
+    /// the new chunks and deletes the old ones of those paths, so a kill at any moment leaves
+    /// the old or the new version of each file, never neither. Before it, their records are
+    /// forgotten, and after it the files are recorded again: a crash in between leaves a file
+    /// without a record, so the next ingest indexes it again whatever its content is then
+    /// (keeping the old record was not enough: a file reverted to its old content matched it
+    /// and kept the new version's chunks). New files take a delete-by-path (leftovers of a
+    /// killed run) and an add. Chunk ids are content hashes, so nothing is ever duplicated.
     pub async fn replace_files(
         &self,
         files: &[FileState],
@@ -363,13 +365,27 @@ impl Store {
             fault_point();
         }
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        for group in paths.chunks(500) {
-            self.chunks.delete(path_in(group).as_str()).await?;
+        if !recorded.is_empty() && !rows.is_empty() && paths.len() <= 500 {
+            let batch = self.chunk_batch(rows)?;
+            let schema = batch.schema();
+            let reader: Box<dyn RecordBatchReader + Send> =
+                Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
+            let mut merge = self.chunks.merge_insert(&["id"]);
+            merge
+                .when_matched_update_all(None)
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(Some(path_in(&paths)));
+            merge.execute(reader).await?;
             fault_point();
-        }
-        if !rows.is_empty() {
-            self.chunks.add(self.chunk_batch(rows)?).execute().await?;
-            fault_point();
+        } else {
+            for group in paths.chunks(500) {
+                self.chunks.delete(path_in(group).as_str()).await?;
+                fault_point();
+            }
+            if !rows.is_empty() {
+                self.chunks.add(self.chunk_batch(rows)?).execute().await?;
+                fault_point();
+            }
         }
         let batch = RecordBatch::try_new(
             file_schema(),
