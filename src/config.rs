@@ -475,9 +475,12 @@ impl Settings {
         if self.embed.batch_size == 0 {
             return bad("embed.batch_size must be at least 1".into());
         }
-        if self.chunk.max_tokens < 16 || self.chunk.max_tokens + 2 > self.embed.max_length {
+        if let Some(msg) = self.out_of_range() {
+            return bad(msg);
+        }
+        if self.chunk.max_tokens < 48 || self.chunk.max_tokens + 2 > self.embed.max_length {
             return bad(format!(
-                "chunk.max_tokens = {} must be between 16 and embed.max_length - 2 = {}, or the embedder would truncate chunks",
+                "chunk.max_tokens = {} must be between 48 (room for the heading path and some text) and embed.max_length - 2 = {}, or the embedder would truncate chunks",
                 self.chunk.max_tokens,
                 self.embed.max_length.saturating_sub(2)
             ));
@@ -494,6 +497,63 @@ impl Settings {
             return bad("llm.temperature must be in 0..=2 and llm.top_p in 0..=1".into());
         }
         Ok(())
+    }
+
+    /// The first number outside its valid range, as a message naming key, value and range.
+    fn out_of_range(&self) -> Option<String> {
+        let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
+        let floats: [(&str, f64, f64, f64); 11] = [
+            (
+                "retrieval.min_similarity",
+                r.min_similarity.into(),
+                -1.0,
+                1.0,
+            ),
+            ("retrieval.rrf_k", r.rrf_k.into(), 0.0, 1e6),
+            ("retrieval.vector_weight", r.vector_weight.into(), 0.0, 1e3),
+            ("retrieval.text_weight", r.text_weight.into(), 0.0, 1e3),
+            ("retrieval.file_weight", r.file_weight.into(), 0.0, 1e3),
+            ("llm.repeat_penalty", l.repeat_penalty.into(), 0.0, 10.0),
+            ("llm.dry_multiplier", l.dry_multiplier.into(), 0.0, 10.0),
+            ("llm.dry_base", l.dry_base.into(), 1.0, 10.0),
+            ("chunk.parse_timeout_s", c.parse_timeout_s, 0.001, 86_400.0),
+            ("llm.temperature", l.temperature.into(), 0.0, 2.0),
+            ("llm.top_p", l.top_p.into(), 0.0, 1.0),
+        ];
+        for (key, v, lo, hi) in floats {
+            if !(lo..=hi).contains(&v) {
+                return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
+            }
+        }
+        let ints: [(&str, u64, u64, u64); 11] = [
+            ("retrieval.top_k", r.top_k as u64, 1, 1_000),
+            ("retrieval.candidates", r.candidates as u64, 1, 100_000),
+            ("retrieval.neighbors", r.neighbors as u64, 0, 1_000),
+            ("retrieval.compress", r.compress as u64, 0, 10_000),
+            ("embed.max_length", self.embed.max_length as u64, 16, 32_768),
+            ("embed.batch_size", self.embed.batch_size as u64, 1, 4_096),
+            ("llm.n_ctx", l.n_ctx.into(), 0, 1 << 20),
+            ("llm.max_tokens", l.max_tokens.into(), 1, 1 << 20),
+            ("llm.prompt_cache_mb", l.prompt_cache_mb, 0, 1 << 24),
+            ("chunk.parse_memory_mb", c.parse_memory_mb, 0, 1 << 24),
+            (
+                "llm.repeat_last_n",
+                l.repeat_last_n.max(-1) as u64 + 1,
+                0,
+                1 << 20,
+            ),
+        ];
+        for (key, v, lo, hi) in ints {
+            if !(lo..=hi).contains(&v) {
+                let shown = if key == "llm.repeat_last_n" {
+                    v as i64 - 1
+                } else {
+                    v as i64
+                };
+                return Some(format!("{key} = {shown} is out of range: use {lo} to {hi}"));
+            }
+        }
+        None
     }
 
     /// The first `section.key` whose value is a NaN or infinite float.
@@ -610,6 +670,25 @@ mod tests {
         assert!(msg.contains("0.25"), "{msg}");
         let e = run(Some("[llm]\ndry_base = inf\n"), &[], vec![]).unwrap_err();
         assert!(format!("{e:#}").contains("llm.dry_base"), "{e:#}");
+        for (var, value, key) in [
+            (
+                "RAG_RETRIEVAL_MIN_SIMILARITY",
+                "1.5",
+                "retrieval.min_similarity = 1.5 is out of range",
+            ),
+            ("RAG_RETRIEVAL_RRF_K", "-1", "retrieval.rrf_k"),
+            ("RAG_RETRIEVAL_TOP_K", "100000", "retrieval.top_k"),
+            (
+                "RAG_LLM_PROMPT_CACHE_MB",
+                "9223372036854775807",
+                "llm.prompt_cache_mb",
+            ),
+            ("RAG_CHUNK_MAX_TOKENS", "20", "chunk.max_tokens"),
+        ] {
+            let e = run(None, &[(var, value)], vec![]).unwrap_err();
+            assert!(format!("{e:#}").contains(key), "{var}={value}: {e:#}");
+            assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        }
         let e = run(None, &[("RAG_EMBED_POOLING", "max")], vec![]).unwrap_err();
         assert!(format!("{e:#}").contains("embed.pooling"), "{e:#}");
         let s = run(None, &[], vec![]).unwrap();
