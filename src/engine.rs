@@ -240,19 +240,39 @@ impl<'rt> Answerer<'rt> {
             )
         });
         let ids = crate::llm::ids(tokens);
-        if let Some(entry) = cache.as_ref().and_then(|c| c.best(&ids, MIN_CACHED_PREFIX)) {
-            if !session.load_state(&entry.state, &entry.tokens) {
+        let mut restored = None;
+        if let Some((c, entry)) = cache
+            .as_ref()
+            .and_then(|c| Some((c, c.best(&ids, MIN_CACHED_PREFIX)?)))
+        {
+            if c.verified(&entry) && session.load_state(&entry.state, &entry.tokens) {
+                restored = Some(entry.state);
+            } else {
                 ui.warn(&format!(
                     "ignored a damaged prompt cache entry {}",
                     entry.state.display()
                 ));
-                if let Some(c) = &cache {
-                    c.discard(&entry.state);
-                }
+                c.discard(&entry.state);
             }
         }
         let spin = ui.spinner(&format!("reading {} prompt tokens", tokens.len()));
-        let prefill = session.prefill(tokens)?;
+        let prefill = match (session.prefill(tokens), restored) {
+            (Ok(p), _) => p,
+            // Whatever went wrong after a restore, the cache must not break the answer: drop
+            // the entry and prefill from an empty context.
+            (Err(e), Some(state)) => {
+                ui.warn(&format!(
+                    "prompt cache entry {} dropped ({e:#})",
+                    state.display()
+                ));
+                if let Some(c) = &cache {
+                    c.discard(&state);
+                }
+                session.reset();
+                session.prefill(tokens)?
+            }
+            (Err(e), None) => return Err(e),
+        };
         spin.finish_and_clear();
         if let Some(c) = &cache {
             // Saved before generation, so the state holds exactly the prompt.

@@ -323,6 +323,12 @@ impl Session<'_> {
     /// accepts the file and the tokens in it are exactly `expect`; otherwise the cache is
     /// cleared and `false` returned. A state file does not identify its model, so the caller
     /// must only offer files written for this model and context.
+    /// Empties the KV cache: the next prefill starts from nothing.
+    pub fn reset(&mut self) {
+        self.ctx.clear_kv_cache();
+        self.tokens.clear();
+    }
+
     pub fn load_state(&mut self, path: &Path, expect: &[i32]) -> bool {
         let loaded = self.ctx.state_load_file(path, self.n_ctx());
         match loaded {

@@ -15,7 +15,20 @@ use serde::{Deserialize, Serialize};
 struct Sidecar {
     key: String,
     tokens: Vec<i32>,
+    /// blake3 of the state file: checked before llama.cpp reads a byte of it, so a
+    /// truncated or bit-flipped state never reaches its loader. (Entries written before
+    /// this field have none and are dropped.)
+    state_blake3: String,
 }
+
+fn file_hash(p: &Path) -> Option<String> {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(p).ok()?).ok()?;
+    Some(h.finalize().to_hex().to_string())
+}
+
+/// Temporary files of a write that a kill interrupted are removed once this old.
+const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub struct PromptCache {
     dir: PathBuf,
@@ -29,6 +42,7 @@ pub struct Entry {
     pub state: PathBuf,
     pub tokens: Vec<i32>,
     pub common: usize,
+    state_blake3: String,
 }
 
 fn common_prefix(a: &[i32], b: &[i32]) -> usize {
@@ -83,6 +97,7 @@ impl PromptCache {
                     state,
                     tokens: s.tokens,
                     common,
+                    state_blake3: s.state_blake3,
                 });
             }
         }
@@ -94,6 +109,16 @@ impl PromptCache {
                 .and_then(|f| f.set_modified(SystemTime::now()));
         }
         best
+    }
+
+    /// Whether the entry's state file still has the bytes it was saved with; a damaged one
+    /// (truncated, bit-flipped) is discarded before llama.cpp reads any of it.
+    pub fn verified(&self, e: &Entry) -> bool {
+        let ok = file_hash(&e.state).as_deref() == Some(e.state_blake3.as_str());
+        if !ok {
+            self.discard(&e.state);
+        }
+        ok
     }
 
     /// Removes an entry that failed to load or check.
@@ -122,6 +147,9 @@ impl PromptCache {
             .dir
             .join(format!(".{name}.{}.state", std::process::id()));
         save(&tmp_state)?;
+        let state_blake3 = file_hash(&tmp_state)
+            .ok_or_else(|| anyhow::anyhow!("reading back {}", tmp_state.display()))?;
+        sync(&tmp_state);
         std::fs::rename(&tmp_state, &state)?;
         let tmp_side = self
             .dir
@@ -131,20 +159,36 @@ impl PromptCache {
             serde_json::to_string(&Sidecar {
                 key: self.key.clone(),
                 tokens: tokens.to_vec(),
+                state_blake3,
             })?,
         )?;
+        sync(&tmp_side);
         std::fs::rename(&tmp_side, &side)?;
         self.evict();
         Ok(())
     }
 
-    /// Deletes least recently used entries (of any key) until the folder fits the bound.
+    /// Deletes temporary files a killed write left, then least recently used entries (of
+    /// any key) until the folder fits the bound.
     fn evict(&self) {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let mut entries: Vec<(SystemTime, u64, PathBuf)> = rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
+        let paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        for p in &paths {
+            let tmp = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            let age = std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok());
+            if tmp && age.is_some_and(|a| a > STALE_TMP) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        let mut entries: Vec<(SystemTime, u64, PathBuf)> = paths
+            .into_iter()
             .filter(|p| {
                 p.extension().is_some_and(|x| x == "state")
                     && !p
@@ -168,6 +212,14 @@ impl PromptCache {
             self.discard(&p);
             total = total.saturating_sub(size);
         }
+    }
+}
+
+/// Flushes a file to disk before the rename that publishes it, so after a power cut an
+/// entry is whole or absent (the checksum would catch the rest, at the cost of the entry).
+fn sync(p: &Path) {
+    if let Ok(f) = std::fs::File::open(p) {
+        let _ = f.sync_all();
     }
 }
 
@@ -208,5 +260,33 @@ mod tests {
         // 12 bytes > 10: the older entry went.
         assert!(c.best(&[1], 1).is_none());
         assert!(c.best(&[2], 1).is_some());
+    }
+
+    #[test]
+    fn damaged_states_are_never_handed_out_and_stale_temporaries_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = PromptCache::new(dir.path(), &["m"], 1 << 20);
+        c.store(&[1, 2, 3], fake_save(b"0123456789")).unwrap();
+        let e = c.best(&[1, 2, 3], 1).unwrap();
+        assert!(c.verified(&e));
+        // Bit-flipped, then truncated: dropped, entry and all.
+        std::fs::write(&e.state, b"0123456788").unwrap();
+        assert!(!c.verified(&e));
+        assert!(!e.state.exists() && !e.state.with_extension("json").exists());
+        c.store(&[1, 2, 3], fake_save(b"0123456789")).unwrap();
+        std::fs::write(&e.state, b"01234").unwrap();
+        assert!(!c.verified(&c.best(&[1, 2, 3], 1).unwrap()));
+        // A temporary file from a killed write is removed once stale.
+        let tmp = c.dir.join(".x.1.state");
+        std::fs::write(&tmp, b"half").unwrap();
+        let old = SystemTime::now() - STALE_TMP - std::time::Duration::from_secs(1);
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        c.store(&[4], fake_save(b"x")).unwrap();
+        assert!(!tmp.exists());
     }
 }

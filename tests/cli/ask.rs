@@ -151,20 +151,49 @@ fn repeated_ask_reuses_the_prompt_cache_and_prints_the_same_bytes() {
         "temperature 0 must not depend on the cache"
     );
 
-    // A damaged cache file is ignored and replaced, never trusted.
+    // A damaged cache entry is ignored and replaced, never trusted: garbage, a bit flip, a
+    // truncation (all caught by the checksum before llama.cpp reads the file), and a sidecar
+    // that claims other tokens than the state holds (caught after the load).
     let dir = p.path().join(".rag/prompt-cache");
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "state") {
-            std::fs::write(&path, b"garbage that is not a llama.cpp state").unwrap();
-        }
+    let entry = |ext: &str| {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == ext))
+            .unwrap()
+    };
+    let damages: [(&str, fn(&std::path::Path, &std::path::Path)); 4] = [
+        ("garbage", |state, _| {
+            std::fs::write(state, b"not a llama.cpp state").unwrap()
+        }),
+        ("bit flip", |state, _| {
+            let mut b = std::fs::read(state).unwrap();
+            let mid = b.len() / 2;
+            b[mid] ^= 0x10;
+            std::fs::write(state, b).unwrap();
+        }),
+        ("truncated", |state, _| {
+            let b = std::fs::read(state).unwrap();
+            std::fs::write(state, &b[..b.len() / 3]).unwrap();
+        }),
+        ("forged tokens", |_, side| {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(side).unwrap()).unwrap();
+            let tokens = v["tokens"].as_array_mut().unwrap();
+            let n = tokens.len();
+            tokens[n - 2] = serde_json::json!(1);
+            std::fs::write(side, v.to_string()).unwrap();
+        }),
+    ];
+    for (what, damage) in damages {
+        damage(&entry("state"), &entry("json"));
+        let (code, out, err) = p.run(&["ask", "--json", "-k", "3", q]);
+        assert_eq!(code, 0, "{what}: {err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["timings"]["cached_tokens"], 0, "{what}: {v}");
+        assert_eq!(v["answer"], uncached["answer"], "{what}");
+        assert!(err.contains("prompt cache"), "{what}: {err}");
     }
-    let (code, out, err) = p.run(&["ask", "--json", "-k", "3", q]);
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["timings"]["cached_tokens"], 0, "{v}");
-    assert_eq!(v["answer"], uncached["answer"]);
-    assert!(err.contains("prompt cache"), "{err}");
 }
 
 #[test]
