@@ -7,7 +7,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RAG := $(TARGET_DIR)/release/rag
 QUESTION ?= What does the KV cache store?
 
-.PHONY: setup build demo test bench eval
+.PHONY: setup build demo test stress bench eval
 
 setup:
 	scripts/setup.sh
@@ -24,6 +24,10 @@ demo: build
 
 test: setup
 	$(CARGO) test --release --locked
+
+# The fault and safety tests at scale: 200 edit-and-ingest rounds instead of 25.
+stress: setup
+	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
 
 bench: build
 	scripts/bench.sh

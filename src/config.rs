@@ -34,6 +34,10 @@ pub struct Settings {
 pub struct IndexSettings {
     /// Where the LanceDB tables and the prompt cache live.
     pub dir: PathBuf,
+    /// After an ingest, delete old table versions and compact small files.
+    pub cleanup: bool,
+    /// Versions younger than this many seconds survive the cleanup (readers may hold them).
+    pub keep_versions_s: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -180,7 +184,11 @@ impl Default for Settings {
 }
 impl Default for IndexSettings {
     fn default() -> Self {
-        IndexSettings { dir: ".rag".into() }
+        IndexSettings {
+            dir: ".rag".into(),
+            cleanup: true,
+            keep_versions_s: 60,
+        }
     }
 }
 impl Default for EmbedSettings {

@@ -478,6 +478,47 @@ impl Store {
         )?)
     }
 
+    /// Keeps the index small. Every ingest adds versions (a few commits per batch), each
+    /// keeping the data it replaced, and small files: without a cleanup an index edited and
+    /// ingested 30 times grew 15-fold. So versions older than `keep` are deleted with their
+    /// files after every ingest (cheap), and a table is compacted when it has more than
+    /// `SMALL_FRAGMENTS` small files or a tenth of its rows are deleted ones (rewriting).
+    /// Runs under the ingest lock; a reader holding a version younger than `keep` is safe.
+    /// Returns whether anything was compacted.
+    pub async fn cleanup(&self, keep: std::time::Duration) -> Result<bool> {
+        use lancedb::table::optimize::{CompactionOptions, Duration};
+        const SMALL_FRAGMENTS: usize = 8;
+        let mut compacted = false;
+        for table in [&self.chunks, &self.files] {
+            let stats = table.stats().await?;
+            let deleted = stats.num_deleted_rows.unwrap_or(0);
+            if stats.fragment_stats.num_small_fragments > SMALL_FRAGMENTS
+                || deleted * 10 > stats.num_rows.max(1)
+            {
+                table
+                    .optimize(OptimizeAction::Compact {
+                        options: CompactionOptions::default(),
+                        remap_options: None,
+                    })
+                    .await?;
+                compacted = true;
+            }
+            table
+                .optimize(OptimizeAction::Prune {
+                    older_than: Duration::from_std(keep).ok(),
+                    delete_unverified: Some(true),
+                    error_if_tagged_old_versions: Some(false),
+                })
+                .await?;
+        }
+        Ok(compacted)
+    }
+
+    /// Table versions of the chunks and files tables (for `rag status` and the tests).
+    pub async fn version_count(&self) -> Result<usize> {
+        Ok(self.chunks.list_versions().await?.len() + self.files.list_versions().await?.len())
+    }
+
     /// Brings the full-text index up to date with the table: created on first use, then
     /// extended with new rows (deleted rows are masked without it).
     pub async fn refresh_text_index(&self) -> Result<()> {

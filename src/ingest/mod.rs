@@ -237,6 +237,16 @@ pub fn run(
         let spin = ui.spinner("updating the full-text index");
         rt.block_on(store.refresh_text_index())?;
         spin.finish_and_clear();
+        let s = &settings.index;
+        if s.cleanup {
+            let keep = std::time::Duration::from_secs(s.keep_versions_s);
+            let spin = ui.spinner("cleaning up old versions");
+            if rt.block_on(store.cleanup(keep))? {
+                // Compaction rewrote the rows the full-text index points at.
+                rt.block_on(store.refresh_text_index())?;
+            }
+            spin.finish_and_clear();
+        }
     }
     drop(store);
     if opts.rebuild {
