@@ -25,8 +25,10 @@ demo: build
 test: setup
 	$(CARGO) test --release --locked
 
-# The fault and safety tests at scale: 200 edit-and-ingest rounds instead of 25.
+# The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25) and the
+# property tests with 100,000 cases each instead of 150 (src/fuzz.rs): about 10 minutes.
 stress: setup
+	RAG_FUZZ_CASES=100000 $(CARGO) test --release --locked --lib fuzz
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
 
 bench: build

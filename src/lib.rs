@@ -31,6 +31,9 @@ pub mod retrieve;
 pub mod store;
 pub mod ui;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::fmt;
 
 use anyhow::Result;
