@@ -63,19 +63,29 @@ pub fn chunk<S: ChunkSizer>(doc: &Document, sizer: &S, opts: ChunkOptions) -> Ve
         .with_overlap(overlap)
         .expect("overlap is below capacity");
     let text = doc.text.as_str();
-    let pieces: Vec<(usize, &str)> = if doc.format.has_headings() {
-        MarkdownSplitter::new(config).chunk_indices(text).collect()
+    let mut pieces: Vec<(usize, &str)> = Vec::new();
+    // Plain text and code: the splitter's semantic levels are line breaks and blank lines,
+    // so code splits between definitions and paragraphs stay whole when they fit.
+    let (markdown, plain) = if doc.format.has_headings() {
+        (Some(MarkdownSplitter::new(config)), None)
     } else {
-        // Plain text and code: the splitter's semantic levels are line breaks and blank
-        // lines, so code splits between definitions and paragraphs stay whole when they fit.
-        TextSplitter::new(config).chunk_indices(text).collect()
+        (None, Some(TextSplitter::new(config)))
     };
+    for (start, window) in windows(text, WINDOW_BYTES) {
+        let found: Vec<(usize, &str)> = match (&markdown, &plain) {
+            (Some(m), _) => m.chunk_indices(window).collect(),
+            (_, Some(p)) => p.chunk_indices(window).collect(),
+            _ => Vec::new(),
+        };
+        pieces.extend(found.into_iter().map(|(o, p)| (start + o, p)));
+    }
     let headings = if doc.format.has_headings() {
         headings(text)
     } else {
         Vec::new()
     };
     let title = doc.title.clone().unwrap_or_default();
+    let mut path = HeadingPath::default();
 
     let mut line = 1u32;
     let mut line_at = 0usize;
@@ -94,7 +104,7 @@ pub fn chunk<S: ChunkSizer>(doc: &Document, sizer: &S, opts: ChunkOptions) -> Ve
         }
         let trimmed = piece.trim_end();
         let line_end = line + count_newlines(trimmed);
-        let heading = fit_heading(heading_path(&headings, &title, offset, piece), sizer);
+        let heading = fit_heading(path.at(&headings, &title, offset, piece), sizer);
         out.push(Chunk {
             id: chunk_id(&doc.path, &heading, trimmed),
             path: doc.path.clone(),
@@ -141,30 +151,78 @@ fn headings(text: &str) -> Vec<(usize, usize, String)> {
 }
 
 /// The heading path in force where a chunk starts; a chunk that opens with its own heading
-/// gets that heading too.
-fn heading_path(
-    headings: &[(usize, usize, String)],
-    title: &str,
-    offset: usize,
-    piece: &str,
-) -> String {
-    let lead = piece.len() - piece.trim_start().len();
-    let start = offset + lead;
-    let mut stack: Vec<(usize, &str)> = Vec::new();
-    for (at, level, text) in headings {
-        if *at > start {
-            break;
+/// gets that heading too. Chunks arrive in offset order, so the stack of open headings is
+/// carried from one chunk to the next: a file of 300,000 headings took a minute when each
+/// chunk walked every heading from the top.
+#[derive(Default)]
+struct HeadingPath<'a> {
+    /// Headings consumed so far, and where the last chunk started.
+    next: usize,
+    start: usize,
+    stack: Vec<(usize, &'a str)>,
+}
+
+impl<'a> HeadingPath<'a> {
+    fn at(
+        &mut self,
+        headings: &'a [(usize, usize, String)],
+        title: &str,
+        offset: usize,
+        piece: &str,
+    ) -> String {
+        let lead = piece.len() - piece.trim_start().len();
+        let start = offset + lead;
+        if start < self.start {
+            // Overlapping chunks may step back a little: start over.
+            *self = HeadingPath::default();
         }
-        while stack.last().is_some_and(|(l, _)| *l >= *level) {
-            stack.pop();
+        self.start = start;
+        while let Some((at, level, text)) = headings.get(self.next) {
+            if *at > start {
+                break;
+            }
+            while self.stack.last().is_some_and(|(l, _)| *l >= *level) {
+                self.stack.pop();
+            }
+            self.stack.push((*level, text));
+            self.next += 1;
         }
-        stack.push((*level, text));
+        let mut parts: Vec<&str> = self.stack.iter().map(|(_, t)| *t).collect();
+        if !title.is_empty() && parts.first() != Some(&title) {
+            parts.insert(0, title);
+        }
+        parts.join(" > ")
     }
-    let mut parts: Vec<&str> = stack.iter().map(|(_, t)| *t).collect();
-    if !title.is_empty() && parts.first() != Some(&title) {
-        parts.insert(0, title);
+}
+
+/// Text is split in windows of at most this many bytes: text-splitter measures the next
+/// semantic unit whole, so on a 9 MB file of one line it tokenized the rest of the file
+/// for every chunk (6 minutes). Most documents fit one window and split exactly as before.
+const WINDOW_BYTES: usize = 64 * 1024;
+
+/// `text` cut into windows of at most `max` bytes, each with its offset: at the last blank
+/// line of a window, else its last line break, else its last space, else a char boundary.
+fn windows(text: &str, max: usize) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while text.len() - start > max {
+        let mut end = start + max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let window = &text[start..end];
+        let cut = window
+            .rfind("\n\n")
+            .map(|i| i + 2)
+            .or_else(|| window.rfind('\n').map(|i| i + 1))
+            .or_else(|| window.rfind(' ').map(|i| i + 1))
+            .filter(|&i| i > 0)
+            .unwrap_or(window.len());
+        out.push((start, &text[start..start + cut]));
+        start += cut;
     }
-    parts.join(" > ")
+    out.push((start, &text[start..]));
+    out
 }
 
 /// Keeps the heading path within its token budget by dropping its outermost parts.
@@ -192,6 +250,50 @@ mod tests {
         }
     }
 
+    #[test]
+    fn windows_cut_at_blank_lines_then_lines_then_spaces_and_cover_the_text() {
+        let text = "aaaa\n\nbbbb\ncccc dddd eeee";
+        let w = windows(text, 9);
+        assert_eq!(w[0], (0, "aaaa\n\n"));
+        assert_eq!(w[1], (6, "bbbb\n"));
+        let joined: String = w.iter().map(|(_, s)| *s).collect();
+        assert_eq!(joined, text);
+        assert!(w
+            .iter()
+            .all(|(o, s)| &text[*o..*o + s.len()] == *s && s.len() <= 9));
+        assert_eq!(windows("short", 9), vec![(0, "short")]);
+        let cafe = "é".repeat(10);
+        assert!(windows(&cafe, 3)
+            .iter()
+            .all(|(_, s)| s.len() <= 3 && !s.is_empty()));
+    }
+
+    #[test]
+    fn a_long_single_line_and_many_headings_chunk_quickly_and_correctly() {
+        let line = "word ".repeat(60_000);
+        let doc = parse("long.txt", line.as_bytes()).unwrap();
+        let started = std::time::Instant::now();
+        let chunks = chunk(&doc, &Words, opts(100));
+        assert!(chunks.iter().all(|c| c.line_start == 1 && c.line_end == 1));
+        let words: usize = chunks
+            .iter()
+            .map(|c| c.text.split_whitespace().count())
+            .sum();
+        assert_eq!(words, 60_000, "no text lost at window cuts");
+        let heads: String = (0..20_000)
+            .map(|i| format!("# h{i}\n\nbody {i}\n"))
+            .collect();
+        let doc = parse("heads.md", heads.as_bytes()).unwrap();
+        let chunks = chunk(&doc, &Words, opts(40));
+        let last = chunks.last().unwrap();
+        assert!(last.heading.ends_with("h19999"), "{}", last.heading);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     fn opts(max: usize) -> ChunkOptions {
         ChunkOptions {
             max_tokens: max,
@@ -215,7 +317,7 @@ mod tests {
         let hs = headings(md);
         let at = md.find("apt install").unwrap();
         assert_eq!(
-            heading_path(&hs, "", at, "apt install it"),
+            HeadingPath::default().at(&hs, "", at, "apt install it"),
             "Guide > Install > Linux"
         );
         let used = chunks.iter().find(|c| c.text.contains("run it")).unwrap();

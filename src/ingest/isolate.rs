@@ -25,6 +25,7 @@ pub const WORKER_ARG: &str = "__parse-worker";
 struct Request {
     rel: String,
     abs: PathBuf,
+    max_bytes: u64,
 }
 
 /// A parsed file and the blake3 hash of the bytes that were parsed.
@@ -45,6 +46,8 @@ enum Response {
 pub struct Limits {
     pub timeout: Duration,
     pub memory_mb: u64,
+    /// `chunk.max_file_bytes`: a file that grew past it since the walk is not read.
+    pub max_bytes: u64,
 }
 
 struct Worker {
@@ -129,6 +132,7 @@ impl Parser {
         let req = serde_json::to_string(&Request {
             rel: rel.to_string(),
             abs: abs.to_path_buf(),
+            max_bytes: self.limits.max_bytes,
         })
         .map_err(|e| e.to_string())?;
         let sent = writeln!(w.stdin, "{req}").and_then(|_| w.stdin.flush());
@@ -236,7 +240,7 @@ pub fn serve(args: &[String]) -> ExitCode {
 }
 
 fn parse_one(req: &Request) -> Response {
-    let bytes = match std::fs::read(&req.abs) {
+    let bytes = match super::walk::read_file(&req.abs, req.max_bytes) {
         Ok(b) => b,
         Err(e) => return Response::Failed(format!("unreadable: {e}")),
     };

@@ -183,7 +183,14 @@ pub fn run(
         None => HashMap::new(),
     };
 
-    let (todo, plan, seen) = make_plan(&walked, &states, &failed, opts, &mut report);
+    let (todo, plan, seen) = make_plan(
+        &walked,
+        settings.chunk.max_file_bytes,
+        &states,
+        &failed,
+        opts,
+        &mut report,
+    );
     report.files_added = plan.added.len();
     report.files_changed = plan.changed.len();
     report.files_unchanged = plan.unchanged;
@@ -303,6 +310,7 @@ fn guard_prune(removed: &[String], indexed: usize, opts: &IngestOptions) -> Resu
 /// the content hash decides. Returns the work, the plan and every walked path.
 fn make_plan(
     walked: &walk::Walked,
+    max_bytes: u64,
     states: &HashMap<String, FileState>,
     failed: &failed::Failed,
     opts: &IngestOptions,
@@ -318,7 +326,7 @@ fn make_plan(
             plan.unchanged += 1;
             continue;
         }
-        let hash = match std::fs::read(&file.abs) {
+        let hash = match walk::read_file(&file.abs, max_bytes) {
             Ok(bytes) => parse::content_hash(&bytes),
             Err(e) => {
                 report.files_failed.push(FileError {
@@ -439,6 +447,7 @@ impl Writer<'_> {
         let mut parser = isolate::Parser::new(isolate::Limits {
             timeout: std::time::Duration::from_secs_f64(settings.chunk.parse_timeout_s),
             memory_mb: settings.chunk.parse_memory_mb,
+            max_bytes: settings.chunk.max_file_bytes,
         })?;
         let bar = ui.progress(todo.len() as u64, "embedding");
         let mut pending: Vec<Pending> = Vec::new();

@@ -78,11 +78,20 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
             warnings,
         });
     }
+    let utf16 = utf16_text(bytes);
+    if let Some(Err(e)) = &utf16 {
+        bail!("{e}");
+    }
     // A NUL byte in the first 8 KiB is how git and ripgrep tell binary files too.
-    if bytes.iter().take(8192).any(|&b| b == 0) {
+    if utf16.is_none() && bytes.iter().take(8192).any(|&b| b == 0) {
         bail!("binary file (NUL bytes)");
     }
-    let text = match std::str::from_utf8(bytes) {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let text = match (utf16, std::str::from_utf8(bytes)) {
+        (Some(Ok(t)), _) => Ok(t),
+        (_, r) => r.map(str::to_string),
+    };
+    let text = match text {
         Ok(s) => s.to_string(),
         Err(e) => {
             warnings.push(format!(
@@ -114,6 +123,28 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
         tags,
         warnings,
     })
+}
+
+/// Text that starts with a UTF-16 byte order mark (Windows editors write it), decoded;
+/// `None` when there is no such mark.
+fn utf16_text(bytes: &[u8]) -> Option<Result<String>> {
+    let (le, rest) = match bytes {
+        [0xff, 0xfe, rest @ ..] => (true, rest),
+        [0xfe, 0xff, rest @ ..] => (false, rest),
+        _ => return None,
+    };
+    let units: Vec<u16> = rest
+        .chunks_exact(2)
+        .map(|p| {
+            let pair = [p[0], p[1]];
+            if le {
+                u16::from_le_bytes(pair)
+            } else {
+                u16::from_be_bytes(pair)
+            }
+        })
+        .collect();
+    Some(String::from_utf16(&units).map_err(|_| anyhow!("invalid UTF-16 after a byte order mark")))
 }
 
 /// Splits YAML front matter off Markdown. The front matter's lines are blanked, not removed,
@@ -364,6 +395,26 @@ pub fn content_hash(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utf16_and_utf8_byte_order_marks_are_decoded() {
+        let mut le = vec![0xff, 0xfe];
+        le.extend(
+            "# Café\n\nThé text.\n"
+                .encode_utf16()
+                .flat_map(|u| u.to_le_bytes()),
+        );
+        let doc = parse("a.md", &le).unwrap();
+        assert!(doc.text.contains("Thé text."), "{}", doc.text);
+        let mut be = vec![0xfe, 0xff];
+        be.extend("plain".encode_utf16().flat_map(|u| u.to_be_bytes()));
+        assert_eq!(parse("a.txt", &be).unwrap().text, "plain");
+        assert_eq!(parse("a.txt", b"\xef\xbb\xbfhi").unwrap().text, "hi");
+        assert!(
+            parse("a.txt", &[0xff, 0xfe, 0x00, 0xd8]).is_err(),
+            "a lone surrogate"
+        );
+    }
 
     #[test]
     fn formats_from_extensions() {

@@ -193,6 +193,36 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
     Ok(out)
 }
 
+/// Reads a file found by the walk, as the walk saw it: a regular file (not a symlink put in
+/// its place since, which could point at `/dev/zero` or a FIFO), at most `max` bytes (a file
+/// that grew past `chunk.max_file_bytes` since is refused, not read into memory).
+pub fn read_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                std::io::Error::other("replaced by a symbolic link since the walk")
+            }
+            _ => e,
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut out = Vec::with_capacity(meta.len().min(max) as usize);
+    file.take(max.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "grew past chunk.max_file_bytes = {max} since the walk"
+        )));
+    }
+    Ok(out)
+}
+
 /// Whether a stored path lies under one of the walked scopes.
 pub fn in_scope(path: &str, scopes: &[String]) -> bool {
     scopes.iter().any(|s| {
@@ -254,5 +284,23 @@ mod tests {
             .collect();
         assert_eq!(rels, vec!["docs/notes/c.md"]);
         assert!(Filter::new(&["a[".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn reads_refuse_symlinks_devices_and_growth() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("a.txt");
+        std::fs::write(&f, "12345").unwrap();
+        assert_eq!(read_file(&f, 5).unwrap(), b"12345");
+        let e = read_file(&f, 4).unwrap_err();
+        assert!(e.to_string().contains("max_file_bytes"), "{e}");
+        let link = dir.path().join("zero.txt");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_file(&link, 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(
+            read_file(Path::new("/dev/zero"), 1 << 20).is_err(),
+            "a device is not a file"
+        );
     }
 }

@@ -123,3 +123,63 @@ fn a_crashing_or_hanging_parser_costs_one_file_until_it_changes() {
         "{record}"
     );
 }
+
+/// The hostile files, beside a good one: each costs at most itself. The two PDFs
+/// (fixtures/hostile/) killed the whole ingest before parsers ran in a worker: one inflates
+/// to 2 GiB through two Flate filters, one is a form XObject that draws itself.
+#[test]
+fn hostile_files_cost_at_most_themselves() {
+    let p = Project::empty();
+    let docs = p.path().join("docs");
+    crate::support::copy_dir(&crate::support::repo().join("fixtures/hostile"), &docs);
+    std::fs::write(
+        docs.join("good.md"),
+        "# Otters\n\nOtters hold hands while sleeping.\n",
+    )
+    .unwrap();
+    let mut utf16 = vec![0xff, 0xfe];
+    utf16.extend(
+        "Rheas are flightless birds, written in UTF-16.\n"
+            .encode_utf16()
+            .flat_map(u16::to_le_bytes),
+    );
+    std::fs::write(docs.join("utf16.txt"), utf16).unwrap();
+    let heads: String = (0..3000).map(|i| format!("# Heading {i}\n")).collect();
+    std::fs::write(docs.join("headings.md"), heads).unwrap();
+    std::fs::write(docs.join("line.txt"), "word ".repeat(20_000)).unwrap();
+
+    let (code, v, err) = ingest(&p, &[]);
+    assert_eq!(code, 7, "{v}\n{err}");
+    let failed = paths(&v, "files_failed");
+    let names: Vec<&str> = failed.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["docs/bomb.pdf", "docs/selfref.pdf"], "{v}");
+    for (_, e) in &failed {
+        // Out of memory, stack overflow, or out of time (2 s here): each is that file's end.
+        assert!(
+            e.contains("crashed") || e.contains("parse_timeout_s"),
+            "{e}"
+        );
+    }
+    for (file, words) in [
+        ("docs/line.txt", "word"),
+        ("docs/headings.md", "Heading 2999"),
+        ("docs/good.md", "otters"),
+    ] {
+        let hits = p.json(&["search", "--json", "--mode", "text", "--path", file, words]);
+        assert_eq!(crate::support::hit_paths(&hits)[0], file, "{hits}");
+    }
+    let hits = p.json(&[
+        "search",
+        "--json",
+        "--mode",
+        "text",
+        "-k",
+        "1",
+        "flightless rheas",
+    ]);
+    assert_eq!(
+        crate::support::hit_paths(&hits),
+        ["docs/utf16.txt"],
+        "decoded as UTF-16"
+    );
+}
