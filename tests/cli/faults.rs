@@ -53,15 +53,10 @@ fn ingest(p: &Project, extra: &[&str]) -> (i32, serde_json::Value, String) {
 #[test]
 fn a_crashing_or_hanging_parser_costs_one_file_until_it_changes() {
     let p = Project::empty();
+    p.doc("good.md", "# Otters\n\nOtters hold hands while sleeping.\n");
+    p.doc("overflow.pdf", stack_overflow_pdf());
+    p.doc("deep.html", "<div>".repeat(100_000));
     let docs = p.path().join("docs");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(
-        docs.join("good.md"),
-        "# Otters\n\nOtters hold hands while sleeping.\n",
-    )
-    .unwrap();
-    std::fs::write(docs.join("overflow.pdf"), stack_overflow_pdf()).unwrap();
-    std::fs::write(docs.join("deep.html"), "<div>".repeat(100_000)).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", docs.join("link.txt")).unwrap();
 
     let (code, v, err) = ingest(&p, &[]);
@@ -132,21 +127,21 @@ fn hostile_files_cost_at_most_themselves() {
     let p = Project::empty();
     let docs = p.path().join("docs");
     crate::support::copy_dir(&crate::support::repo().join("fixtures/hostile"), &docs);
-    std::fs::write(
-        docs.join("good.md"),
-        "# Otters\n\nOtters hold hands while sleeping.\n",
-    )
-    .unwrap();
+    p.doc("good.md", "# Otters\n\nOtters hold hands while sleeping.\n");
     let mut utf16 = vec![0xff, 0xfe];
     utf16.extend(
         "Rheas are flightless birds, written in UTF-16.\n"
             .encode_utf16()
             .flat_map(u16::to_le_bytes),
     );
-    std::fs::write(docs.join("utf16.txt"), utf16).unwrap();
-    let heads: String = (0..3000).map(|i| format!("# Heading {i}\n")).collect();
-    std::fs::write(docs.join("headings.md"), heads).unwrap();
-    std::fs::write(docs.join("line.txt"), "word ".repeat(20_000)).unwrap();
+    p.doc("utf16.txt", utf16);
+    p.doc(
+        "headings.md",
+        (0..3000)
+            .map(|i| format!("# Heading {i}\n"))
+            .collect::<String>(),
+    );
+    p.doc("line.txt", "word ".repeat(20_000));
 
     let (code, v, err) = ingest(&p, &[]);
     assert_eq!(code, 7, "{v}\n{err}");

@@ -135,13 +135,10 @@ fn removing_most_of_the_index_needs_prune_all() {
 fn hostile_text_and_a_closed_stderr_do_not_reach_or_break_the_terminal() {
     use std::os::unix::fs::PermissionsExt;
     let p = Project::empty();
-    let docs = p.path().join("docs");
-    std::fs::create_dir_all(&docs).unwrap();
-    std::fs::write(
-        docs.join("evil.md"),
+    p.doc(
+        "evil.md",
         "# Otters\n\nOtters \x1b]0;pwned\x07hold \x1b[2Jhands while sleeping.\n",
-    )
-    .unwrap();
+    );
     p.ingest();
     let mode = std::fs::metadata(p.path().join(".rag"))
         .unwrap()
@@ -167,25 +164,19 @@ fn hostile_text_and_a_closed_stderr_do_not_reach_or_break_the_terminal() {
     );
 
     // stderr closed by the reader: no panic (exit 101), the command's own exit code.
-    let (r, w) = std::io::pipe().unwrap();
-    drop(r);
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
-        .current_dir(p.path())
-        .args(["ingest", "docs"])
-        .stderr(w)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
-    let (r, w) = std::io::pipe().unwrap();
-    drop(r);
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
-        .current_dir(p.path())
-        .args(["search", "--mode", "vector", "--where", "nonsense ===", "x"])
-        .stderr(w)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
+    let closed_stderr = |args: &[&str]| {
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
+            .current_dir(p.path())
+            .args(args)
+            .stderr(w)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    };
+    assert_eq!(closed_stderr(&["ingest", "docs"]).code(), Some(0));
+    let status = closed_stderr(&["search", "--mode", "vector", "--where", "nonsense ===", "x"]);
     assert_eq!(
         status.code(),
         Some(1),

@@ -41,6 +41,14 @@ impl Project {
         self.dir.path()
     }
 
+    /// Writes `docs/NAME` (creating docs/), for tests that build their own documents.
+    pub fn doc(&self, name: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path().join("docs").join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
     pub fn rag(&self) -> Command {
         let mut cmd = Command::cargo_bin("rag").expect("the rag binary");
         cmd.current_dir(self.path())
