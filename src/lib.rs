@@ -191,6 +191,17 @@ pub fn run(cli: Cli) -> Result<Exit> {
         ui.out(&settings.to_toml())?;
         return Ok(Exit::Success);
     }
+    if matches!(
+        cli.command,
+        Command::Ingest(_) | Command::Ask(_) | Command::Chat(_)
+    ) {
+        // These write the index and the prompt cache, copies of the user's documents: every
+        // file they create is 0600 and every folder 0700, whatever LanceDB asks for.
+        // SAFETY: umask only changes this process's file-creation mask.
+        unsafe {
+            libc::umask(0o077);
+        }
+    }
     // lancedb is async; everything else here is CPU-bound and runs on this thread.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -149,6 +149,26 @@ fn hostile_text_and_a_closed_stderr_do_not_reach_or_break_the_terminal() {
         0o700,
         "the index holds a copy of the documents"
     );
+    // And every file in it is its owner's only.
+    fn modes(dir: &std::path::Path, out: &mut Vec<(String, u32)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            out.push((
+                e.path().display().to_string(),
+                m.permissions().mode() & 0o777,
+            ));
+            if m.is_dir() {
+                modes(&e.path(), out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    modes(&p.path().join(".rag"), &mut all);
+    assert!(all.len() > 5, "{all:?}");
+    for (path, mode) in &all {
+        assert_eq!(mode & 0o077, 0, "{path} is {mode:o}");
+    }
 
     let (code, out, _) = p.run(&["search", "otters sleeping"]);
     assert_eq!(code, 0);
