@@ -81,6 +81,11 @@ pub enum Command {
         after_help = "Examples:\n  rag eval eval/fixtures.yaml\n  rag eval --answers --model large eval/dev.yaml\n  rag eval --json eval/dev.yaml > base.json\n  rag eval --baseline base.json --max-regression 0.02 --min hit@5=0.8,context_recall=0.7 --junit eval.xml eval/dev.yaml\n\nExit codes: 0 every gate held, 8 a --min floor or --max-regression gate failed, 2 a bad eval file."
     )]
     Eval(EvalArgs),
+    /// Check the models, the index, the prompt cache and free disk, each problem with its fix
+    #[command(
+        after_help = "Examples:\n  rag doctor\n  rag doctor --json | jq '.checks[] | select(.status != \"ok\")'\n\nExit codes: 0 nothing failed (warnings allowed), 1 a check failed."
+    )]
+    Doctor(DoctorArgs),
     /// Retrieve the best chunks for a query, without generating
     #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
     Search(SearchArgs),
@@ -115,6 +120,13 @@ pub struct IngestArgs {
     /// Embedding batch size
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print one JSON object (ok, checks: [{name, status, detail}]) on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

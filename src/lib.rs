@@ -20,6 +20,7 @@ pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod embed;
 pub mod engine;
 pub mod eval;
@@ -137,7 +138,7 @@ fn overrides(cli: &Cli) -> config::Overrides {
             gen(&mut o, &a.gen);
         }
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
-        Command::BenchStore(_) => {}
+        Command::BenchStore(_) | Command::Doctor(_) => {}
         Command::Ask(cli::AskArgs {
             retrieval: r,
             gen: a,
@@ -254,6 +255,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             )
         }
         Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a), &ui, &rt),
+        Command::Doctor(a) => doctor::run(&settings, a.json, &ui, &rt),
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Chat(a) => {

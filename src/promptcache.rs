@@ -215,6 +215,34 @@ impl PromptCache {
     }
 }
 
+/// For `rag doctor`: (entries, bytes, entries whose state fails its checksum) in the
+/// prompt cache of the index at `index_dir`, any key.
+pub fn audit(index_dir: &Path) -> (usize, u64, usize) {
+    let dir = index_dir.join("prompt-cache");
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return (0, 0, 0);
+    };
+    let (mut entries, mut bytes, mut damaged) = (0, 0, 0);
+    for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+        let hidden = p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if hidden || p.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        entries += 1;
+        let state = p.with_extension("state");
+        bytes += std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0);
+        let side = std::fs::read_to_string(&p)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Sidecar>(&t).ok());
+        if side.is_none_or(|s| file_hash(&state).as_deref() != Some(s.state_blake3.as_str())) {
+            damaged += 1;
+        }
+    }
+    (entries, bytes, damaged)
+}
+
 /// Flushes a file to disk before the rename that publishes it, so after a power cut an
 /// entry is whole or absent (the checksum would catch the rest, at the cost of the entry).
 fn sync(p: &Path) {

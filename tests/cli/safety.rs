@@ -258,3 +258,74 @@ fn many_small_edits_leave_a_small_index() {
         "{edited} bytes after {rounds} edits, {fresh} fresh"
     );
 }
+
+#[test]
+fn doctor_passes_a_healthy_setup_and_names_each_problem_with_its_fix() {
+    let p = Project::with_docs();
+    p.ingest();
+    let (code, out, err) = p.run(&["doctor"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for name in [
+        "embedder",
+        "generator (small)",
+        "checksum",
+        "index",
+        "prompt cache",
+        "disk",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with("ok") && l.contains(name)),
+            "{name}: {out}"
+        );
+    }
+    assert!(!out.contains("FAIL"), "{out}");
+
+    // Broken: a damaged model file, a failed file on record, a cache entry with a bad checksum.
+    let (code, _, _) = p.run(&["ask", "-k", "2", "What does the chief engineer keep?"]);
+    assert!(code == 0 || code == 6);
+    let cache = p.path().join(".rag/prompt-cache");
+    for e in std::fs::read_dir(&cache).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "state") {
+            std::fs::write(&path, b"flipped").unwrap();
+        }
+    }
+    p.doc("broken.pdf", "%PDF-1.7\nnot really");
+    let (code, _, _) = p.run(&["ingest", "docs"]);
+    assert_eq!(code, 7);
+    let fake = p.path().join("all-MiniLM-L6-v2-int8.onnx");
+    std::fs::write(&fake, b"not the model").unwrap();
+    let (code, out, err) = p.run_env(
+        &[("RAG_EMBED_MODEL", fake.to_str().unwrap())],
+        &["doctor", "--json"],
+    );
+    assert_eq!(code, 1, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ok"], false);
+    let status = |name: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["name"] == name)
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap().to_string(),
+                    c["detail"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(status("embedder")[0].0, "fail", "{v}");
+    assert!(
+        status("checksum")
+            .iter()
+            .any(|(s, d)| s == "fail" && d.contains("setup.sh")),
+        "{v}"
+    );
+    assert!(
+        status("failed files")[0].1.contains("--retry-failed"),
+        "{v}"
+    );
+    assert_eq!(status("prompt cache")[0].0, "warn", "{v}");
+}

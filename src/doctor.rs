@@ -1,0 +1,276 @@
+//! `rag doctor`: checks everything a command needs before a user finds out the hard way:
+//! model files (present, the expected checksum when they are the ones `scripts/setup.sh`
+//! fetches, loadable), the ONNX Runtime library, the index (opens, matches the configured
+//! embedder, its project root, versions, size, files that failed), the prompt cache (every
+//! entry's checksum) and free disk. Each problem comes with its fix; any failure exits 1.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::embed::{Embedder, Reranker};
+use crate::store::Store;
+use crate::ui::Ui;
+use crate::Exit;
+
+/// Checksums of the files `scripts/setup.sh` fetches, by file name under models/.
+const KNOWN: &str = include_str!("../scripts/models.sha256");
+
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+fn check(name: &'static str, status: Status, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// The expected SHA-256 of `path` when it is one of the files setup fetches.
+fn known_sha(path: &Path) -> Option<&'static str> {
+    let name = path.file_name()?.to_str()?;
+    KNOWN.lines().find_map(|l| {
+        let (sha, file) = l.split_once("  ")?;
+        (file.rsplit('/').next() == Some(name)).then_some(sha)
+    })
+}
+
+/// "checksum matches" / a failure naming the fix / nothing for a file setup did not fetch.
+fn checksum(path: &Path, memo: &Path) -> Option<Check> {
+    let want = known_sha(path)?;
+    let got = crate::hashcache::sha256(path, memo).ok()?;
+    Some(if got == want {
+        check(
+            "checksum",
+            Status::Ok,
+            format!("{} matches scripts/models.sha256", path.display()),
+        )
+    } else {
+        check(
+            "checksum",
+            Status::Fail,
+            format!(
+                "{} does not match scripts/models.sha256 (damaged or replaced); run scripts/setup.sh again",
+                path.display()
+            ),
+        )
+    })
+}
+
+fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
+    let embedder = match Embedder::load(&s.embed) {
+        Ok(e) => {
+            out.push(check(
+                "embedder",
+                Status::Ok,
+                format!(
+                    "{} ({} dims, {} pooling), ONNX Runtime loaded",
+                    e.info.name, e.info.dim, e.info.pooling
+                ),
+            ));
+            Some(e)
+        }
+        Err(e) => {
+            out.push(check("embedder", Status::Fail, format!("{e:#}")));
+            None
+        }
+    };
+    out.extend(checksum(&s.embed.model, memo));
+    if !s.rerank.model.as_os_str().is_empty() {
+        out.push(match Reranker::load(&s.rerank, &s.embed) {
+            Ok(_) => check("reranker", Status::Ok, s.rerank.model.display().to_string()),
+            Err(e) => check("reranker", Status::Fail, format!("{e:#}")),
+        });
+    }
+    for (name, path, required) in [
+        ("generator (small)", &s.llm.model, true),
+        ("generator (large)", &s.llm.large_model, false),
+    ] {
+        if !required && !path.exists() {
+            out.push(check(name, Status::Warn, format!(
+                "{} not installed: --model large and auto routing fall back to the small model; `scripts/setup.sh --large` fetches it",
+                path.display()
+            )));
+            continue;
+        }
+        out.push(match crate::llm::Llm::load(path, true) {
+            Ok(_) => {
+                let mb = std::fs::metadata(path).map(|m| m.len() >> 20).unwrap_or(0);
+                check(
+                    name,
+                    Status::Ok,
+                    format!("{} ({mb} MiB), loads", path.display()),
+                )
+            }
+            Err(e) => check(name, Status::Fail, format!("{e:#}")),
+        });
+        out.extend(checksum(path, memo));
+    }
+    embedder
+}
+
+fn dir_bytes(p: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(p) else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn index(
+    s: &Settings,
+    embedder: Option<&Embedder>,
+    rt: &tokio::runtime::Runtime,
+    out: &mut Vec<Check>,
+) {
+    let dir = &s.index.dir;
+    if !Store::exists(dir) {
+        out.push(check(
+            "index",
+            Status::Fail,
+            format!("no index at {}; run `rag ingest DIR`", dir.display()),
+        ));
+        return;
+    }
+    let store = match rt.block_on(Store::open(dir)) {
+        Ok(st) => st,
+        Err(e) => {
+            out.push(check("index", Status::Fail, format!("{e:#}")));
+            return;
+        }
+    };
+    let stats = rt.block_on(store.stats()).ok();
+    let versions = rt.block_on(store.version_count()).unwrap_or(0);
+    out.push(check(
+        "index",
+        Status::Ok,
+        format!(
+            "{}: {} files, {} chunks, {} table versions, {:.1} MiB",
+            dir.display(),
+            stats.as_ref().map_or(0, |x| x.files),
+            stats.as_ref().map_or(0, |x| x.chunks),
+            versions,
+            dir_bytes(dir) as f64 / (1 << 20) as f64
+        ),
+    ));
+    if let Some(e) = embedder {
+        if let Err(err) = store.check_model(&e.info) {
+            out.push(check("index model", Status::Fail, format!("{err:#}")));
+        }
+    }
+    let root = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
+    if store.meta.root != root {
+        out.push(check("index root", Status::Warn, format!(
+            "the index was made for {}, this project is {}; `rag ingest --change-root DIR` if it now belongs here",
+            store.meta.root.display(),
+            root.display()
+        )));
+    }
+    let failed = crate::ingest::failed::Failed::load(dir);
+    if !failed.files.is_empty() {
+        let names: Vec<&str> = failed.files.keys().take(5).map(String::as_str).collect();
+        out.push(check(
+            "failed files",
+            Status::Warn,
+            format!(
+                "{} files could not be indexed ({}); fix them, or `rag ingest --retry-failed DIR`",
+                failed.files.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+}
+
+fn cache_and_disk(s: &Settings, out: &mut Vec<Check>) {
+    let (entries, bytes, damaged) = crate::promptcache::audit(&s.index.dir);
+    out.push(if damaged == 0 {
+        check("prompt cache", Status::Ok, format!("{entries} entries, {:.1} MiB", bytes as f64 / (1 << 20) as f64))
+    } else {
+        check("prompt cache", Status::Warn, format!(
+            "{damaged} of {entries} entries fail their checksum; they are dropped when next chosen, or remove {}",
+            s.index.dir.join("prompt-cache").display()
+        ))
+    });
+    let probe = s
+        .index
+        .dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("."));
+    let free = free_bytes(probe);
+    let gib = free as f64 / (1u64 << 30) as f64;
+    out.push(if free < 1 << 30 {
+        check(
+            "disk",
+            Status::Warn,
+            format!(
+                "{gib:.2} GiB free under {}; an ingest or the prompt cache may run out",
+                probe.display()
+            ),
+        )
+    } else {
+        check(
+            "disk",
+            Status::Ok,
+            format!("{gib:.1} GiB free under {}", probe.display()),
+        )
+    });
+}
+
+fn free_bytes(p: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return 0;
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
+/// Runs every check; prints a table (or `--json`); exit 1 when one failed.
+pub fn run(s: &Settings, json: bool, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+    let mut out = Vec::new();
+    let memo = s.index.dir.join("model-hashes.json");
+    let embedder = models(s, &memo, &mut out);
+    index(s, embedder.as_ref(), rt, &mut out);
+    cache_and_disk(s, &mut out);
+    let failed = out.iter().any(|c| c.status == Status::Fail);
+    if json {
+        ui.json(&serde_json::json!({ "ok": !failed, "checks": out }))?;
+    } else {
+        for c in &out {
+            let tag = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            ui.outln(&format!("{tag}  {:<18} {}", c.name, c.detail))?;
+        }
+    }
+    Ok(if failed { Exit::Failure } else { Exit::Success })
+}
