@@ -161,17 +161,16 @@ pub fn run(
         files_seen: walked.files.len(),
         ..Report::default()
     };
-    for (path, why) in &walked.skipped {
-        let list = if why.starts_with("unreadable") {
-            &mut report.files_failed
-        } else {
-            &mut report.files_skipped
-        };
-        list.push(FileError {
-            path: path.clone(),
-            error: why.clone(),
-        });
-    }
+    let errors = |list: &[(String, String)]| -> Vec<FileError> {
+        list.iter()
+            .map(|(path, error)| FileError {
+                path: path.clone(),
+                error: error.clone(),
+            })
+            .collect()
+    };
+    report.files_skipped = errors(&walked.skipped);
+    report.files_failed = errors(&walked.failed);
     let mut failed = failed::Failed::load(&target);
     let existing = if !opts.rebuild && Store::exists(dir) {
         Some(rt.block_on(Store::open(dir))?)
@@ -241,19 +240,7 @@ pub fn run(
     failed.save()?;
 
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
-        let spin = ui.spinner("updating the full-text index");
-        rt.block_on(store.refresh_text_index())?;
-        spin.finish_and_clear();
-        let s = &settings.index;
-        if s.cleanup {
-            let keep = std::time::Duration::from_secs(s.keep_versions_s);
-            let spin = ui.spinner("cleaning up old versions");
-            if rt.block_on(store.cleanup(keep))? {
-                // Compaction rewrote the rows the full-text index points at.
-                rt.block_on(store.refresh_text_index())?;
-            }
-            spin.finish_and_clear();
-        }
+        tidy(&store, &settings.index, ui, rt)?;
     }
     drop(store);
     if opts.rebuild {
@@ -261,6 +248,28 @@ pub fn run(
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// After a run that wrote: the full-text index catches up, then old versions are cleaned
+/// up (`index.cleanup`); compaction rewrites rows, so the text index catches up again.
+fn tidy(
+    store: &Store,
+    s: &crate::config::IndexSettings,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let spin = ui.spinner("updating the full-text index");
+    rt.block_on(store.refresh_text_index())?;
+    spin.finish_and_clear();
+    if s.cleanup {
+        let keep = std::time::Duration::from_secs(s.keep_versions_s);
+        let spin = ui.spinner("cleaning up old versions");
+        if rt.block_on(store.cleanup(keep))? {
+            rt.block_on(store.refresh_text_index())?;
+        }
+        spin.finish_and_clear();
+    }
+    Ok(())
 }
 
 /// Refuses (exit 2) an ingest into an index that belongs to another project root that

@@ -24,8 +24,10 @@ pub struct SourceFile {
 #[derive(Debug, Default)]
 pub struct Walked {
     pub files: Vec<SourceFile>,
-    /// (path, reason) of files that were found but will not be read.
+    /// (path, reason) of files left out by policy: symlinks, too large, unsupported.
     pub skipped: Vec<(String, String)>,
+    /// (path, reason) of files and folders that could not be read: failures.
+    pub failed: Vec<(String, String)>,
     /// Relative prefixes the walk covered: only stored files under these can be pruned.
     pub scopes: Vec<String>,
     /// Relative paths the walk could not read (folders it could not list): stored files
@@ -125,7 +127,7 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
                     if let Some(p) = &path {
                         out.unreadable.push(p.clone());
                     }
-                    out.skipped.push((
+                    out.failed.push((
                         path.unwrap_or_else(|| e.to_string()),
                         format!("unreadable: {e}"),
                     ));
@@ -158,7 +160,7 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
                 Ok(m) => m,
                 Err(e) => {
                     out.unreadable.push(rel.clone());
-                    out.skipped.push((rel, format!("unreadable: {e}")));
+                    out.failed.push((rel, format!("unreadable: {e}")));
                     continue;
                 }
             };
