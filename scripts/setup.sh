@@ -31,7 +31,8 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 # --- build tools -------------------------------------------------------------------------
 # cmake + libclang: llama-cpp-sys-2 builds llama.cpp and generates bindings with bindgen.
 # protobuf: lance compiles its .proto files at build time.
-apt_packages=(cmake libclang-dev protobuf-compiler libprotobuf-dev)
+# strace: the power-loss test (tests/cli/faults.rs) reads the system calls of an ingest.
+apt_packages=(cmake libclang-dev protobuf-compiler libprotobuf-dev strace)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

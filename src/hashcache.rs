@@ -66,12 +66,7 @@ pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
         },
     );
     // Best effort: a read-only index folder only costs a re-hash next time.
-    if let Some(dir) = memo.parent() {
-        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, serde_json::to_string_pretty(&entries)?).is_ok() {
-            let _ = std::fs::rename(&tmp, memo);
-        }
-    }
+    let _ = crate::atomic::write(memo, &serde_json::to_vec_pretty(&entries)?);
     Ok(hex)
 }
 

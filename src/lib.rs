@@ -16,6 +16,7 @@
 //! codes ([`Exit`]).
 
 pub mod ask;
+pub mod atomic;
 pub mod bench;
 pub mod chat;
 pub mod cli;
@@ -96,6 +97,22 @@ pub fn exit_code_of(err: &anyhow::Error) -> Exit {
     err.chain()
         .find_map(|e| e.downcast_ref::<ExitError>())
         .map_or(Exit::Failure, |e| e.exit)
+}
+
+/// Out of space: ENOSPC, EFBIG (a file size limit) or EDQUOT, as an I/O error in the chain
+/// or inside a message (LanceDB passes its I/O errors on as text).
+pub fn is_disk_full(err: &anyhow::Error) -> bool {
+    const CODES: [i32; 3] = [libc::ENOSPC, libc::EFBIG, libc::EDQUOT];
+    err.chain().any(|e| {
+        let io = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.raw_os_error())
+            .is_some_and(|c| CODES.contains(&c));
+        let text = e.to_string();
+        io || CODES
+            .iter()
+            .any(|c| text.contains(&format!("(os error {c})")))
+    })
 }
 
 /// A closed stdout (`rag ask … | head -1`) is not a failure.

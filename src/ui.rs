@@ -136,4 +136,11 @@ mod tests {
 /// The last word of a failed command: the whole error chain on one line.
 pub fn error(err: &anyhow::Error) {
     err_line(&format!("rag: error: {err:#}"));
+    if crate::is_disk_full(err) {
+        err_line(
+            "rag: the disk is full (or a file size or quota limit was reached): free space on the \
+             disk that holds the index and run the command again; the index keeps its last \
+             complete version, and an ingest goes on where this one stopped",
+        );
+    }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 const FILE: &str = "failed.json";
@@ -80,11 +80,7 @@ impl Failed {
         if !self.dirty {
             return Ok(());
         }
-        let tmp = self.path.with_extension("json.tmp");
-        let json = serde_json::to_vec_pretty(&self.files)?;
-        std::fs::write(&tmp, json).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.path)
-            .with_context(|| format!("replacing {}", self.path.display()))?;
+        crate::atomic::write(&self.path, &serde_json::to_vec_pretty(&self.files)?)?;
         self.dirty = false;
         Ok(())
     }

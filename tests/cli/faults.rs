@@ -1,7 +1,7 @@
 //! Hostile files: a parser that overflows its stack or never finishes costs that one file,
 //! is recorded with its content hash, and is not parsed again until it changes.
 
-use crate::support::Project;
+use crate::support::{hit_paths, Project};
 
 /// A PDF whose catalog holds 200,000 nested arrays: lopdf's recursive parser overflows the
 /// stack on it (it killed the whole ingest before parsers ran in a worker process).
@@ -176,5 +176,142 @@ fn hostile_files_cost_at_most_themselves() {
         crate::support::hit_paths(&hits),
         ["docs/utf16.txt"],
         "decoded as UTF-16"
+    );
+}
+
+/// One completed system call from an `strace -f` log: its name and the paths it names.
+fn completed_calls(log: &str) -> Vec<(String, String)> {
+    let mut pending: std::collections::HashMap<String, String> = Default::default();
+    let mut out = Vec::new();
+    for line in log.lines() {
+        let Some((pid, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        let call = if let Some(start) = rest.strip_suffix("<unfinished ...>") {
+            pending.insert(pid.to_string(), start.to_string());
+            continue;
+        } else if rest.starts_with("<... ") {
+            match pending.remove(pid) {
+                Some(start) => format!("{start}{rest}"),
+                None => continue,
+            }
+        } else {
+            rest.to_string()
+        };
+        if !call.trim_end().ends_with("= 0") {
+            continue;
+        }
+        let name = call.split('(').next().unwrap_or("").to_string();
+        out.push((name, call));
+    }
+    out
+}
+
+/// Power loss: every LanceDB version is published only after the files it names are on
+/// disk. Lance writes data, index and transaction files without fsync; the store flushes
+/// the filesystem (`syncfs`) before each create-only manifest write, so no manifest can
+/// reach the disk ahead of its data. Checked on the system calls of a real ingest and a
+/// re-ingest of a changed file.
+#[test]
+fn every_version_is_published_after_its_files_are_synced() {
+    if std::process::Command::new("strace").arg("-V").output().is_err() {
+        panic!("strace is not installed: scripts/setup.sh installs it (apt-get install strace)");
+    }
+    let p = Project::with_docs();
+    let rag = assert_cmd::cargo::cargo_bin("rag");
+    let trace = |log: &str| {
+        let status = std::process::Command::new("strace")
+            .args(["-f", "-qq", "-o", log, "-e", "trace=syncfs,rename,renameat,renameat2,linkat,link"])
+            .arg(&rag)
+            .args(["ingest", "docs"])
+            .current_dir(p.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .status()
+            .expect("run strace");
+        assert!(status.success(), "traced ingest failed: {status}");
+        std::fs::read_to_string(p.path().join(log)).unwrap()
+    };
+    let first = trace("first.strace");
+    let doc = std::fs::read_dir(p.path().join("docs")).unwrap().next().unwrap().unwrap().path();
+    let mut text = std::fs::read_to_string(&doc).unwrap();
+    text.push_str("\n\nA paragraph added after the first ingest.\n");
+    std::fs::write(&doc, text).unwrap();
+    let second = trace("second.strace");
+    for log in [first, second] {
+        let mut unsynced: Vec<String> = Vec::new();
+        let mut published = 0;
+        for (name, call) in completed_calls(&log) {
+            if name == "syncfs" {
+                unsynced.clear();
+            } else if call.contains("/_versions/") && call.contains(".manifest") {
+                published += 1;
+                assert!(
+                    unsynced.is_empty(),
+                    "a manifest was published before these files were synced: {unsynced:?}\n{call}"
+                );
+            } else if call.contains(".lance/") {
+                unsynced.push(call);
+            }
+        }
+        assert!(published >= 2, "no manifest publish seen in the trace:\n{log}");
+    }
+}
+
+/// Disk full, simulated with a file size limit (RLIMIT_FSIZE: writes past it fail with EFBIG,
+/// as they would with ENOSPC): the ingest fails with a message that says what to do, the
+/// index keeps its last complete version (search still finds the old files), and the next
+/// ingest with room to write completes the job.
+#[test]
+fn a_full_disk_fails_the_ingest_cleanly_and_loses_nothing() {
+    use std::os::unix::process::CommandExt;
+    let p = Project::with_docs();
+    p.ingest();
+    let before = p.json(&["search", "--json", "-k", "20", "orbital station docking"]);
+    let mut big = String::new();
+    for i in 0..3000 {
+        big.push_str(&format!("## Section {i}\n\nThe zebra quartz lantern number {i} hums.\n\n"));
+    }
+    p.doc("big.md", big);
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"));
+    cmd.args(["ingest", "docs"])
+        .current_dir(p.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: 64 * 1024,
+                rlim_max: 64 * 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run rag");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains("the disk is full"), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+    // The old version answers as before.
+    let during = p.json(&["search", "--json", "-k", "20", "orbital station docking"]);
+    assert_eq!(hit_paths(&during), hit_paths(&before));
+    // With room again, the run finishes what the full disk stopped: the same chunks as a
+    // clean ingest of the same files.
+    let report = p.ingest();
+    assert_eq!(report["files_failed"].as_array().map(Vec::len), Some(0), "{report}");
+    let found = p.json(&["search", "--json", "zebra quartz lantern"]);
+    assert_eq!(hit_paths(&found).first().map(String::as_str), Some("docs/big.md"));
+    let clean = Project::with_docs();
+    clean.doc("big.md", std::fs::read(p.path().join("docs/big.md")).unwrap());
+    clean.ingest();
+    assert_eq!(
+        rag::store::chunk_ids_blocking(&p.path().join(".rag")).unwrap(),
+        rag::store::chunk_ids_blocking(&clean.path().join(".rag")).unwrap()
     );
 }

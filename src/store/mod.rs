@@ -7,6 +7,8 @@
 //!   written only after that file's chunks, so an interrupted ingest redoes the file;
 //! - `index.json`: the embedding model and chunk settings the vectors were made with.
 
+mod durable;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -174,6 +176,7 @@ async fn connect(dir: &Path) -> Result<Connection> {
         .to_str()
         .ok_or_else(|| anyhow!("index folder {} is not valid UTF-8", dir.display()))?;
     lancedb::connect(uri)
+        .session(durable::session())
         .execute()
         .await
         .with_context(|| format!("opening the index at {}", dir.display()))
@@ -264,9 +267,7 @@ impl Store {
             .execute()
             .await?;
         // index.json last: its presence says the tables are complete.
-        let tmp = dir.join(format!("{META}.tmp"));
-        std::fs::write(&tmp, serde_json::to_string_pretty(&meta)?)?;
-        std::fs::rename(&tmp, dir.join(META))?;
+        crate::atomic::write(&dir.join(META), &serde_json::to_vec_pretty(&meta)?)?;
         Ok(Store {
             db,
             chunks,
@@ -298,15 +299,10 @@ impl Store {
     }
 
     /// Records `root` as the project root of the index in `dir` (index.json rewritten
-    /// through a temporary file, so a crash leaves the old or the new one).
+    /// atomically and durably, so a crash leaves the old or the new one).
     pub fn set_root(&mut self, dir: &Path, root: &Path) -> Result<()> {
         self.meta.root = root.to_path_buf();
-        let tmp = dir.join(format!("{META}.tmp"));
-        std::fs::write(&tmp, serde_json::to_string_pretty(&self.meta)?)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, dir.join(META))
-            .with_context(|| format!("replacing {}", dir.join(META).display()))?;
-        Ok(())
+        crate::atomic::write(&dir.join(META), &serde_json::to_vec_pretty(&self.meta)?)
     }
 
     /// Checks only the embedding model and how it was used (what search needs).
