@@ -62,7 +62,7 @@ pub enum Command {
     Ingest(IngestArgs),
     /// Answer a question from the indexed documents, with sources
     #[command(
-        after_help = "Examples:\n  rag ask \"What does the KV cache store?\"\n  rag ask --json --temperature 0 \"Why is decode slower than prefill?\""
+        after_help = "Examples:\n  rag ask \"What does the KV cache store?\"\n  rag ask --json --temperature 0 \"Why is decode slower than prefill?\"\n  rag ask --batch questions.txt > answers.ndjson\n  jq -c '{id, question}' cases.jsonl | rag ask --batch - | jq -r '[.id, .answer] | @tsv'"
     )]
     Ask(AskArgs),
     /// Multi-turn chat; with stdin not a terminal, one question per line
@@ -204,7 +204,13 @@ pub struct SearchArgs {
 #[derive(Debug, Args)]
 pub struct AskArgs {
     /// The question
-    pub question: String,
+    #[arg(required_unless_present = "batch")]
+    pub question: Option<String>,
+    /// Answer every question of FILE (one per line, or JSON lines with `question` and
+    /// optionally `id`, `top_k`, `mode`, `path`; `-` for stdin) in one process: one JSON
+    /// object per question on stdout, in input order
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["question", "dry_run", "ndjson"])]
+    pub batch: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

@@ -254,6 +254,19 @@ pub fn run(cli: Cli) -> Result<Exit> {
             &ui,
             &rt,
         ),
+        Command::Ask(cli::AskArgs {
+            batch: Some(file),
+            retrieval: r,
+            no_cache,
+            ..
+        }) => ask::ask_batch(
+            &settings,
+            file,
+            &query(&settings, "", r),
+            !no_cache,
+            &ui,
+            &rt,
+        ),
         Command::Ask(a) => {
             let o = ask::AskOptions {
                 stream: !a.no_stream,
@@ -265,7 +278,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             };
             ask::ask(
                 &settings,
-                &query(&settings, &a.question, &a.retrieval),
+                &query(&settings, a.question.as_deref().unwrap_or(""), &a.retrieval),
                 &o,
                 &ui,
                 &rt,

@@ -2,6 +2,7 @@
 //! citations and figures. Knows nothing of Arrow or clap: it gets resolved settings and
 //! plain options.
 
+pub mod batch;
 pub mod cite;
 pub mod compress;
 pub mod followup;
@@ -416,6 +417,19 @@ pub fn ask(
     } else {
         Exit::Success
     })
+}
+
+/// `rag ask --batch FILE`: one engine for every question of the file.
+pub fn ask_batch(
+    settings: &Settings,
+    file: &std::path::Path,
+    q: &Query,
+    cache: bool,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
+    let mut engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false, rt)?;
+    batch::run(&mut engine, file, q, cache, ui)
 }
 
 /// `--dry-run`: the packed prompt, without loading the model weights.

@@ -419,3 +419,57 @@ fn the_prompt_cache_does_not_change_a_greedy_answer() {
     assert!(cached > 0, "no prefix reused");
     assert_eq!(cached_q2, fresh_q2);
 }
+
+/// `ask --batch`: plain and JSON lines, blank lines skipped, one object per question in input
+/// order with its id, a bad line reported in its own object without stopping the rest, and
+/// exit 1 because one failed; `-` reads stdin.
+#[test]
+fn a_batch_answers_every_line_in_order_and_reports_a_bad_one_apart() {
+    let p = Project::with_docs();
+    p.ingest();
+    std::fs::write(
+        p.path().join("q.txt"),
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?\n\n\
+         {\"id\": \"b\", \"question\": \"How fast does the flux regulator aboard Orbital Station Meridian hum?\", \"top_k\": 2, \"path\": \"docs/orbital*\"}\n\
+         {\"question\": \"x\", \"topk\": 3}\n",
+    )
+    .unwrap();
+    let (code, out, err) = p.run(&["ask", "--batch", "q.txt"]);
+    assert_eq!(code, 1, "one line failed: {err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0]["id"], 1);
+    assert_eq!(lines[1]["id"], "b");
+    assert_eq!(lines[2]["id"], 4);
+    for v in &lines[..2] {
+        assert!(v["answer"].as_str().unwrap().contains("1742"), "{v}");
+    }
+    let paths: Vec<&str> = lines[1]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["path"].as_str().unwrap())
+        .collect();
+    assert!(!paths.is_empty() && paths.len() <= 2, "{paths:?}");
+    assert!(paths.iter().all(|p| p.starts_with("docs/orbital")), "{paths:?}");
+    assert_eq!(lines[2]["exit"], 2, "{}", lines[2]);
+    assert!(
+        lines[2]["error"].as_str().unwrap().contains("topk"),
+        "{}",
+        lines[2]
+    );
+    let out = p
+        .rag()
+        .args(["ask", "--batch", "-"])
+        .write_stdin("What does the flux regulator do?\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    let (code, _, err) = p.run(&["ask", "--batch", "missing.txt"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("missing.txt"), "{err}");
+}

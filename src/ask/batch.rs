@@ -1,0 +1,171 @@
+//! `rag ask --batch FILE`: many questions in one process. The index, the embedder and each
+//! generator load once, and the prompt cache keeps the shared instruction prefix warm, so a
+//! script asking 50 questions pays the start-up once instead of 50 times.
+//!
+//! Input: one question per line, or a JSON object per line with `question` and optionally
+//! `id`, `top_k`, `mode` and `path` (a glob, like `--path`); blank lines are skipped; `-`
+//! reads stdin. Output: one JSON object per question on stdout, in input order, as
+//! `ask --json` prints it plus `id` (the given one, or the line number); a question that
+//! fails gets `{"id", "question", "error", "exit"}` and the rest go on.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::ask::Query;
+use crate::engine::Answerer;
+use crate::retrieve::{self, Mode};
+use crate::ui::Ui;
+use crate::{exit_code_of, Exit, ExitError};
+
+/// One JSON input line. Unknown keys are an error for that line, so a typo such as `topk`
+/// is not silently ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    id: Option<Value>,
+    question: String,
+    top_k: Option<usize>,
+    mode: Option<String>,
+    path: Option<String>,
+}
+
+/// A parsed input line: its id and query, or why it could not be read.
+struct Item {
+    id: Value,
+    question: String,
+    query: Result<Query, String>,
+}
+
+/// Reads the batch: all of it first, so a slow model never holds a pipe's writer back.
+fn read_input(file: &Path) -> Result<String> {
+    let mut text = String::new();
+    if file.as_os_str() == "-" {
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading questions from stdin")?;
+    } else {
+        text = std::fs::read_to_string(file).map_err(|e| {
+            ExitError::usage(format!(
+                "batch file {}: {e} (give one question per line, or - for stdin)",
+                file.display()
+            ))
+        })?;
+    }
+    Ok(text)
+}
+
+fn item(n: usize, line: &str, base: &Query) -> Item {
+    let mut q = base.clone();
+    if !line.starts_with('{') {
+        q.text = line.to_string();
+        return Item {
+            id: Value::from(n),
+            question: q.text.clone(),
+            query: Ok(q),
+        };
+    }
+    let parsed: Line = match serde_json::from_str(line) {
+        Ok(l) => l,
+        Err(e) => {
+            return Item {
+                id: Value::from(n),
+                question: String::new(),
+                query: Err(format!(
+                    "line {n}: {e} (expected {{\"question\", \"id\", \"top_k\", \"mode\", \"path\"}})"
+                )),
+            }
+        }
+    };
+    let id = parsed.id.unwrap_or(Value::from(n));
+    q.text = parsed.question.clone();
+    let query = (|| {
+        if let Some(k) = parsed.top_k {
+            if k == 0 || k > 100 {
+                return Err(format!("line {n}: top_k {k} is out of range (1 to 100)"));
+            }
+            q.top_k = k;
+        }
+        if let Some(m) = &parsed.mode {
+            q.mode = Some(Mode::parse(m).ok_or_else(|| {
+                format!("line {n}: mode {m:?} is not one of hybrid, vector, text")
+            })?);
+        }
+        if let Some(g) = &parsed.path {
+            q.filter = retrieve::filter(Some(g), None);
+        }
+        if q.text.trim().is_empty() {
+            return Err(format!("line {n}: the question is empty"));
+        }
+        Ok(q)
+    })();
+    Item {
+        id,
+        question: parsed.question,
+        query,
+    }
+}
+
+fn failure(item: &Item, message: String, exit: Exit) -> Value {
+    serde_json::json!({
+        "id": item.id,
+        "question": item.question,
+        "error": message,
+        "exit": exit as u8,
+    })
+}
+
+/// Answers every question of `file`; exit 0 when each got an answer or abstained, 1 when any
+/// failed (each failure is in its own object).
+pub fn run(
+    engine: &mut Answerer,
+    file: &Path,
+    base: &Query,
+    cache: bool,
+    ui: &Ui,
+) -> Result<Exit> {
+    let text = read_input(file)?;
+    let items: Vec<Item> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| item(i + 1, l.trim(), base))
+        .collect();
+    let bar = ui.progress(items.len() as u64, "questions");
+    let mut failed = 0;
+    for it in &items {
+        let out = match &it.query {
+            Err(message) => failure(it, message.clone(), Exit::Usage),
+            Ok(q) => match engine.answer(q, cache, ui, &mut |_| Ok(())) {
+                Ok(answer) => {
+                    let mut v = serde_json::to_value(&answer)?;
+                    if let Value::Object(map) = &mut v {
+                        map.insert("id".into(), it.id.clone());
+                    }
+                    v
+                }
+                Err(e) if crate::is_broken_pipe(&e) => return Err(e),
+                Err(e) => failure(it, format!("{e:#}"), exit_code_of(&e)),
+            },
+        };
+        if out.get("error").is_some() {
+            failed += 1;
+        }
+        bar.suspend(|| ui.json(&out))?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    ui.info(&format!(
+        "{} questions, {} answered or abstained, {failed} failed",
+        items.len(),
+        items.len() - failed
+    ));
+    Ok(if failed == 0 {
+        Exit::Success
+    } else {
+        Exit::Failure
+    })
+}
