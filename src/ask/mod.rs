@@ -10,6 +10,7 @@ pub mod prompt;
 pub mod route;
 pub mod stream;
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -133,11 +134,18 @@ fn fusion(s: &Settings) -> Fusion {
 }
 
 /// The index and the embedder, opened once and checked to belong together.
+/// The models sit behind mutexes (ONNX sessions run with `&mut`), so retrieval takes
+/// `&self`: a chat keeps a generator session borrowed from the engine while it retrieves.
 pub struct Retriever {
     store: Store,
-    embedder: Option<Embedder>,
-    reranker: Option<Reranker>,
+    embedder: Option<Mutex<Embedder>>,
+    reranker: Option<Mutex<Reranker>>,
     fusion: Fusion,
+}
+
+/// A poisoned lock only means an earlier call panicked mid-embedding; the model is intact.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Retriever {
@@ -152,12 +160,12 @@ impl Retriever {
         } else {
             let e = Embedder::load(&settings.embed)?;
             store.check_model(&e.info)?;
-            Some(e)
+            Some(Mutex::new(e))
         };
         Ok(Retriever {
             store,
             embedder,
-            reranker: Reranker::load(&settings.rerank, &settings.embed)?,
+            reranker: Reranker::load(&settings.rerank, &settings.embed)?.map(Mutex::new),
             fusion: fusion(settings),
         })
     }
@@ -174,32 +182,35 @@ impl Retriever {
     /// The question's vector and those of the passages `texts`, or `None` when no embedder
     /// is loaded (text-only retrieval).
     pub fn embed(
-        &mut self,
+        &self,
         question: &str,
         texts: &[String],
     ) -> Result<Option<(Vec<f32>, Vec<Vec<f32>>)>> {
-        match &mut self.embedder {
-            Some(e) => Ok(Some((e.embed_query(question)?, e.embed(texts)?))),
+        match &self.embedder {
+            Some(e) => {
+                let mut e = lock(e);
+                Ok(Some((e.embed_query(question)?, e.embed(texts)?)))
+            }
             None => Ok(None),
         }
     }
 
     /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
     pub fn run(
-        &mut self,
+        &self,
         q: &Query,
         mode: Mode,
         ui: &Ui,
         rt: &tokio::runtime::Runtime,
     ) -> Result<(Vec<Ranked>, f64)> {
         let started = Instant::now();
-        let vector = match (&mut self.embedder, mode) {
-            (Some(e), Mode::Hybrid | Mode::Vector) => Some(e.embed_query(&q.text)?),
+        let vector = match (&self.embedder, mode) {
+            (Some(e), Mode::Hybrid | Mode::Vector) => Some(lock(e).embed_query(&q.text)?),
             _ => None,
         };
         // With a reranker, fusion only proposes candidates; the cross-encoder picks the top_k.
         let depth = match &self.reranker {
-            Some(r) => r.candidates.max(q.top_k),
+            Some(r) => lock(r).candidates.max(q.top_k),
             None => q.top_k,
         };
         let mut ranked = rt.block_on(retrieve::retrieve(
@@ -211,12 +222,12 @@ impl Retriever {
             self.fusion,
             q.filter.as_deref(),
         ))?;
-        if let Some(r) = &mut self.reranker {
+        if let Some(r) = &self.reranker {
             let passages: Vec<String> = ranked
                 .iter()
                 .map(|x| retrieve::rerank_text(&x.hit))
                 .collect();
-            let scores = r.scores(&q.text, &passages)?;
+            let scores = lock(r).scores(&q.text, &passages)?;
             ranked = retrieve::reorder(ranked, &scores);
             ranked.truncate(q.top_k);
         }
@@ -493,7 +504,7 @@ fn print_answer(settings: &Settings, result: &Answer, o: &AskOptions, ui: &Ui) -
 }
 
 /// The source lines behind the cited sentences, shortened to one line each.
-fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
+pub(crate) fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
     if result.evidence.is_empty() {
         return Ok(());
     }
@@ -514,7 +525,7 @@ fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
     Ok(())
 }
 
-fn print_sources(result: &Answer, ui: &Ui) -> Result<()> {
+pub(crate) fn print_sources(result: &Answer, ui: &Ui) -> Result<()> {
     ui.outln("\nSources:")?;
     for s in &result.sources {
         let heading = if s.heading.is_empty() {

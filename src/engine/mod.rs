@@ -4,6 +4,9 @@
 //! It reports what happens as [`Event`]s and returns the checked [`Answer`]; it never
 //! prints an answer itself, so `ask`, `eval` and later front ends share it.
 
+mod chat;
+pub use chat::Chat;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -86,7 +89,7 @@ impl<'rt> Answerer<'rt> {
     }
 
     /// Retrieval only: ranked spans and milliseconds.
-    pub fn retrieve(&mut self, q: &Query, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
+    pub fn retrieve(&self, q: &Query, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
         let mode = q.mode.unwrap_or(self.mode);
         self.retriever.run(q, mode, ui, self.rt)
     }
@@ -118,8 +121,7 @@ impl<'rt> Answerer<'rt> {
             s.model.clone()
         };
         let model = self.model(&path)?;
-        let ranked = self.retriever.widen(ranked, self.rt)?;
-        let ranked = self.compress(question, &ranked)?;
+        let ranked = self.shape(question, ranked)?;
         let llm = &self.models[model].llm;
         let (params, reserve) = window(&self.settings, llm)?;
         let n_ctx = params.n_ctx as usize;
@@ -136,8 +138,15 @@ impl<'rt> Answerer<'rt> {
         })
     }
 
+    /// What the prompt gets of the ranked spans: the best widened with its neighbours
+    /// (`retrieval.neighbors`), then each cut to its closest sentences (`retrieval.compress`).
+    fn shape(&self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
+        let ranked = self.retriever.widen(ranked, self.rt)?;
+        self.compress(question, &ranked)
+    }
+
     /// Each span cut to the sentences closest to the question (`retrieval.compress`).
-    fn compress(&mut self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
+    fn compress(&self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
         use crate::ask::compress;
         let n = self.settings.retrieval.compress;
         let mut out = ranked.to_vec();
@@ -208,14 +217,7 @@ impl<'rt> Answerer<'rt> {
             return Ok(abstained(question, timings, &ranked));
         }
         let prep = self.prepare(question, &ranked)?;
-        for d in &prep.packed.dropped {
-            on(Event::Dropped(d))?;
-        }
-        let sources = sources_out(&prep.packed);
-        on(Event::Retrieved {
-            sources: &sources,
-            retrieval_ms,
-        })?;
+        let sources = announce(&prep, retrieval_ms, on)?;
         self.generate(question, prep, sources, timings, started, cache, ui, on)
     }
 
@@ -289,7 +291,7 @@ impl<'rt> Answerer<'rt> {
         question: &str,
         prep: Prepared,
         sources: Vec<SourceOut>,
-        mut timings: Timings,
+        timings: Timings,
         started: Instant,
         cache: bool,
         ui: &Ui,
@@ -297,12 +299,34 @@ impl<'rt> Answerer<'rt> {
     ) -> Result<Answer> {
         let loaded = &self.models[prep.model];
         let llm = &loaded.llm;
-        let settings = &self.settings;
-        let (params, _) = window(settings, llm)?;
+        let (params, _) = window(&self.settings, llm)?;
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
+        let (answer, _) =
+            self.stream_checked(&mut session, question, &prep, sources, prefill, timings, started, on)?;
+        Ok(answer)
+    }
 
+    /// Streams the answer on a prefilled session, then checks its citations: what a one-shot
+    /// answer and a chat turn share. Returns the checked answer and the text as generated
+    /// (what a conversation keeps). A piece handler that fails with `Interrupted` stops the
+    /// answer where it is (Ctrl-C in chat) and is not an error.
+    #[allow(clippy::too_many_arguments)]
+    fn stream_checked(
+        &self,
+        session: &mut crate::llm::Session<'_>,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        prefill: crate::llm::Prefill,
+        mut timings: Timings,
+        started: Instant,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<(Answer, String)> {
+        let loaded = &self.models[prep.model];
+        let llm = &loaded.llm;
+        let settings = &self.settings;
         let texts = prep.packed.texts();
         let mut raw = String::new();
         let mut write_err = None;
@@ -330,13 +354,21 @@ impl<'rt> Answerer<'rt> {
         if answer.looped() {
             decode.stop = StopReason::Repetition;
         }
-        let rest = answer.finish(&raw, cut);
-        if write_err.is_none() && !rest.is_empty() {
-            if let Err(e) = on(Event::Piece(&rest)) {
-                write_err = Some(e);
+        let interrupted = write_err
+            .as_ref()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::Interrupted);
+        if interrupted {
+            write_err = None;
+            decode.stop = StopReason::Cancelled;
+        } else {
+            let rest = answer.finish(&raw, cut);
+            if write_err.is_none() && !rest.is_empty() {
+                if let Err(e) = on(Event::Piece(&rest)) {
+                    write_err = Some(e);
+                }
             }
+            raw.push_str(&rest);
         }
-        raw.push_str(&rest);
         if let Some(e) = write_err {
             return Err(e.into());
         }
@@ -356,7 +388,7 @@ impl<'rt> Answerer<'rt> {
 
         let checked = cite::check(raw.trim(), &texts);
         let evidence = evidence(&checked.citations, &sources, &texts);
-        Ok(Answer {
+        let answer = Answer {
             question: question.to_string(),
             answer: checked.answer.clone(),
             sources,
@@ -372,9 +404,10 @@ impl<'rt> Answerer<'rt> {
             model: Some(ModelOut {
                 path: llm.path.display().to_string(),
                 sha256: loaded.sha256.clone(),
-                route: prep.route,
+                route: prep.route.clone(),
             }),
-        })
+        };
+        Ok((answer, raw))
     }
 }
 
@@ -425,6 +458,23 @@ fn evidence(
         }
     }
     out
+}
+
+/// Tells `on` what the budget dropped and what was packed; returns the packed sources.
+fn announce(
+    prep: &Prepared,
+    retrieval_ms: f64,
+    on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+) -> Result<Vec<SourceOut>> {
+    for d in &prep.packed.dropped {
+        on(Event::Dropped(d))?;
+    }
+    let sources = sources_out(&prep.packed);
+    on(Event::Retrieved {
+        sources: &sources,
+        retrieval_ms,
+    })?;
+    Ok(sources)
 }
 
 pub fn sources_out(p: &Packed) -> Vec<SourceOut> {

@@ -1,0 +1,139 @@
+//! A conversation on the engine: one generator session for the whole chat, so earlier turns
+//! stay in llama.cpp's KV cache and a turn prefills only what is new. Each turn retrieves
+//! for its own question (with the previous question's words when it is a follow-up), shapes
+//! and packs its sources like a one-shot answer, streams, and checks citations.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{Answerer, Event, Prepared};
+use crate::ask::prompt::{self, Turn};
+use crate::ask::{followup_query, route, should_abstain, window, Answer, Query, Timings};
+use crate::llm::Session;
+use crate::ui::Ui;
+
+pub struct Chat<'e, 'rt> {
+    engine: &'e Answerer<'rt>,
+    model: usize,
+    session: Session<'e>,
+    /// Prompt tokens available to a turn (the window less the answer's reserve).
+    budget: usize,
+    history: Vec<Turn>,
+    /// Every question asked so far: a follow-up retrieves with the one before it.
+    asked: Vec<String>,
+}
+
+impl<'e, 'rt> Chat<'e, 'rt> {
+    /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
+    /// question, so chat uses the small model unless the large one is asked for.
+    pub fn open(engine: &'e mut Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
+        let s = &engine.settings.llm;
+        let path = if s.route == "large" {
+            s.large_model.clone()
+        } else {
+            s.model.clone()
+        };
+        let model = engine.model(&path)?;
+        let engine: &'e Answerer<'rt> = engine;
+        let llm = &engine.models[model].llm;
+        let (params, reserve) = window(&engine.settings, llm)?;
+        Ok(Chat {
+            engine,
+            model,
+            session: llm.session(&params)?,
+            budget: params.n_ctx as usize - reserve,
+            history: Vec::new(),
+            asked: Vec::new(),
+        })
+    }
+
+    /// Turns kept in the conversation so far.
+    pub fn turns(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Answers one turn. `on` gets the same events as a one-shot answer; failing a piece with
+    /// `ErrorKind::Interrupted` stops that answer (stop reason `cancelled`) and keeps the chat.
+    pub fn turn(
+        &mut self,
+        base: &Query,
+        question: &str,
+        ui: &Ui,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<Answer> {
+        let started = Instant::now();
+        let engine = self.engine;
+        let q = Query {
+            text: followup_query(&self.asked, question),
+            ..base.clone()
+        };
+        self.asked.push(question.to_string());
+        let mode = q.mode.unwrap_or(engine.mode);
+        let (ranked, retrieval_ms) = engine.retrieve(&q, ui)?;
+        let timings = Timings {
+            retrieval_ms,
+            ..Timings::default()
+        };
+        if should_abstain(&ranked, mode, engine.settings.retrieval.min_similarity) {
+            return Ok(super::abstained(question, timings, &ranked));
+        }
+        let ranked = engine.shape(question, &ranked)?;
+        let prep = self.pack(question, &ranked)?;
+        let sources = super::announce(&prep, retrieval_ms, on)?;
+        let llm = &engine.models[self.model].llm;
+        let tokens = llm.chat_tokens(&prep.packed.messages)?;
+        let prefill = self.session.prefill(&tokens)?;
+        let (answer, raw) = engine.stream_checked(
+            &mut self.session,
+            question,
+            &prep,
+            sources,
+            prefill,
+            timings,
+            started,
+            on,
+        )?;
+        let user = prep
+            .packed
+            .messages
+            .last()
+            .map(|m| m.parts.clone())
+            .unwrap_or_default();
+        self.history.push(Turn {
+            user,
+            answer: raw.trim().to_string(),
+        });
+        Ok(answer)
+    }
+
+    /// Packs this turn after the history, dropping the oldest turns while the history takes
+    /// more than half the budget (leaving room for this turn's sources).
+    fn pack(&mut self, question: &str, ranked: &[crate::retrieve::Ranked]) -> Result<Prepared> {
+        let llm = &self.engine.models[self.model].llm;
+        let overhead = |history: &[Turn]| -> Result<usize> {
+            Ok(llm
+                .chat_tokens(&prompt::conversation(history, &[], question))?
+                .len())
+        };
+        let mut used = overhead(&self.history)?;
+        while !self.history.is_empty() && used > self.budget / 2 {
+            self.history.remove(0);
+            used = overhead(&self.history)?;
+        }
+        let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
+        let packed = prompt::pack_turn(&self.history, question, &hits, self.budget, used, &|t| {
+            llm.count_tokens(t)
+        });
+        let s = &self.engine.settings.llm;
+        Ok(Prepared {
+            route: route::Route {
+                model: if s.route == "large" { "large" } else { "small" },
+                reason: "chat keeps one generator for every turn".into(),
+            },
+            model: self.model,
+            packed,
+            best_similarity: super::best_similarity(ranked),
+        })
+    }
+}
