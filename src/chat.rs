@@ -85,7 +85,11 @@ pub fn run(
         let answer = chat.turn(base, &question, ui, &mut on)?;
         print_turn(&answer, ui)?;
         if o.verbose && !answer.abstained {
-            ui.stderr(&format!("turn {}: {}", chat.turns(), stats_line(&answer.timings)));
+            ui.stderr(&format!(
+                "turn {}: {}",
+                chat.turns(),
+                stats_line(&answer.timings)
+            ));
         }
     }
     Ok(Exit::Success)

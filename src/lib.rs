@@ -226,27 +226,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         .enable_all()
         .build()?;
     match &cli.command {
-        Command::Ingest(a) => {
-            let opts = ingest::IngestOptions {
-                rebuild: a.rebuild,
-                dry_run: a.dry_run,
-                prune: !a.no_prune,
-                retry_failed: a.retry_failed,
-                prune_all: a.prune_all,
-                change_root: a.change_root,
-            };
-            let report = ingest::run(&settings, &a.paths, &opts, &ui, &rt)?;
-            if a.json {
-                ui.json(&report)?;
-            } else {
-                print_ingest(&ui, &report)?;
-            }
-            Ok(if report.files_failed.is_empty() {
-                Exit::Success
-            } else {
-                Exit::PartialIngest
-            })
-        }
+        Command::Ingest(a) => ingest_command(&settings, a, &ui, &rt),
         Command::Search(a) => ask::search(
             &settings,
             &query(&settings, &a.query, &a.retrieval),
@@ -254,36 +234,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
             &ui,
             &rt,
         ),
-        Command::Ask(cli::AskArgs {
-            batch: Some(file),
-            retrieval: r,
-            no_cache,
-            ..
-        }) => ask::ask_batch(
-            &settings,
-            file,
-            &query(&settings, "", r),
-            !no_cache,
-            &ui,
-            &rt,
-        ),
-        Command::Ask(a) => {
-            let o = ask::AskOptions {
-                stream: !a.no_stream,
-                dry_run: a.dry_run,
-                json: a.json,
-                ndjson: a.ndjson,
-                stats: a.stats,
-                cache: !a.no_cache,
-            };
-            ask::ask(
-                &settings,
-                &query(&settings, a.question.as_deref().unwrap_or(""), &a.retrieval),
-                &o,
-                &ui,
-                &rt,
-            )
-        }
+        Command::Ask(a) => ask_command(&settings, a, &ui, &rt),
         Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a), &ui, &rt),
         Command::Doctor(a) => doctor::run(&settings, a.json, &ui, &rt),
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
@@ -295,6 +246,55 @@ pub fn run(cli: Cli) -> Result<Exit> {
             chat::run(&settings, &query(&settings, "", &a.retrieval), &o, &ui, &rt)
         }
     }
+}
+
+fn ingest_command(
+    settings: &config::Settings,
+    a: &cli::IngestArgs,
+    ui: &ui::Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
+    let opts = ingest::IngestOptions {
+        rebuild: a.rebuild,
+        dry_run: a.dry_run,
+        prune: !a.no_prune,
+        retry_failed: a.retry_failed,
+        prune_all: a.prune_all,
+        change_root: a.change_root,
+    };
+    let report = ingest::run(settings, &a.paths, &opts, ui, rt)?;
+    if a.json {
+        ui.json(&report)?;
+    } else {
+        print_ingest(ui, &report)?;
+    }
+    Ok(if report.files_failed.is_empty() {
+        Exit::Success
+    } else {
+        Exit::PartialIngest
+    })
+}
+
+fn ask_command(
+    settings: &config::Settings,
+    a: &cli::AskArgs,
+    ui: &ui::Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Exit> {
+    if let Some(file) = &a.batch {
+        let q = query(settings, "", &a.retrieval);
+        return ask::ask_batch(settings, file, &q, !a.no_cache, ui, rt);
+    }
+    let o = ask::AskOptions {
+        stream: !a.no_stream,
+        dry_run: a.dry_run,
+        json: a.json,
+        ndjson: a.ndjson,
+        stats: a.stats,
+        cache: !a.no_cache,
+    };
+    let q = query(settings, a.question.as_deref().unwrap_or(""), &a.retrieval);
+    ask::ask(settings, &q, &o, ui, rt)
 }
 
 fn eval_options(settings: &config::Settings, a: &cli::EvalArgs) -> eval::EvalOptions {

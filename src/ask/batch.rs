@@ -75,8 +75,8 @@ fn item(n: usize, line: &str, base: &Query) -> Item {
                 id: Value::from(n),
                 question: String::new(),
                 query: Err(format!(
-                    "line {n}: {e} (expected {{\"question\", \"id\", \"top_k\", \"mode\", \"path\"}})"
-                )),
+                "line {n}: {e} (expected {{\"question\", \"id\", \"top_k\", \"mode\", \"path\"}})"
+            )),
             }
         }
     };
@@ -120,13 +120,7 @@ fn failure(item: &Item, message: String, exit: Exit) -> Value {
 
 /// Answers every question of `file`; exit 0 when each got an answer or abstained, 1 when any
 /// failed (each failure is in its own object).
-pub fn run(
-    engine: &mut Answerer,
-    file: &Path,
-    base: &Query,
-    cache: bool,
-    ui: &Ui,
-) -> Result<Exit> {
+pub fn run(engine: &mut Answerer, file: &Path, base: &Query, cache: bool, ui: &Ui) -> Result<Exit> {
     let text = read_input(file)?;
     let items: Vec<Item> = text
         .lines()

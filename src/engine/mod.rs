@@ -303,8 +303,16 @@ impl<'rt> Answerer<'rt> {
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
-        let (answer, _) =
-            self.stream_checked(&mut session, question, &prep, sources, prefill, timings, started, on)?;
+        let (answer, _) = self.stream_checked(
+            &mut session,
+            question,
+            &prep,
+            sources,
+            prefill,
+            timings,
+            started,
+            on,
+        )?;
         Ok(answer)
     }
 
@@ -320,17 +328,51 @@ impl<'rt> Answerer<'rt> {
         prep: &Prepared,
         sources: Vec<SourceOut>,
         prefill: crate::llm::Prefill,
-        mut timings: Timings,
+        timings: Timings,
         started: Instant,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<(Answer, String)> {
         let loaded = &self.models[prep.model];
-        let llm = &loaded.llm;
-        let settings = &self.settings;
         let texts = prep.packed.texts();
+        let (raw, decode, added_citations) = self.stream(session, &texts, on)?;
+        let timings = generation_timings(timings, &prefill, &decode, started);
+        let checked = cite::check(raw.trim(), &texts);
+        let evidence = evidence(&checked.citations, &sources, &texts);
+        let answer = Answer {
+            question: question.to_string(),
+            answer: checked.answer.clone(),
+            sources,
+            citations: checked.citations.clone(),
+            evidence,
+            invalid_citations: checked.invalid.clone(),
+            added_citations,
+            uncited_sentences: checked.uncited.clone(),
+            abstained: false,
+            best_similarity: prep.best_similarity,
+            stop: Some(decode.stop),
+            timings,
+            model: Some(ModelOut {
+                path: loaded.llm.path.display().to_string(),
+                sha256: loaded.sha256.clone(),
+                route: prep.route.clone(),
+            }),
+        };
+        Ok((answer, raw))
+    }
+
+    /// Generates on a prefilled session, passing each piece through the loop guard and the
+    /// citer to `on`. Returns the text as generated (a repeated tail dropped), the decode
+    /// figures and how many citation markers were added.
+    fn stream(
+        &self,
+        session: &mut crate::llm::Session<'_>,
+        texts: &[(usize, &str)],
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<(String, crate::llm::Decode, usize)> {
+        let settings = &self.settings;
         let mut raw = String::new();
         let mut write_err = None;
-        let mut answer = stream::AnswerStream::new(&texts, settings.llm.add_citations);
+        let mut answer = stream::AnswerStream::new(texts, settings.llm.add_citations);
         let mut decode = session.generate(&settings.sampling(), |piece| {
             let Some(piece) = answer.push(piece) else {
                 return false;
@@ -369,46 +411,33 @@ impl<'rt> Answerer<'rt> {
             }
             raw.push_str(&rest);
         }
-        if let Some(e) = write_err {
-            return Err(e.into());
+        match write_err {
+            Some(e) => Err(e.into()),
+            None => Ok((raw, decode, answer.added_citations())),
         }
-
-        let prefilled = prefill.prompt_tokens - prefill.cached_tokens;
-        timings.prompt_tokens = prefill.prompt_tokens;
-        timings.cached_tokens = prefill.cached_tokens;
-        timings.prefill_ms = prefill.ms;
-        timings.prefill_tok_per_s = rate(prefilled, prefill.ms);
-        timings.generated_tokens = decode.tokens;
-        timings.decode_ms = decode.ms;
-        timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
-        // From the start of the question: what a person waits for.
-        timings.ttft_ms =
-            timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
-        timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-
-        let checked = cite::check(raw.trim(), &texts);
-        let evidence = evidence(&checked.citations, &sources, &texts);
-        let answer = Answer {
-            question: question.to_string(),
-            answer: checked.answer.clone(),
-            sources,
-            citations: checked.citations.clone(),
-            evidence,
-            invalid_citations: checked.invalid.clone(),
-            added_citations: answer.added_citations(),
-            uncited_sentences: checked.uncited.clone(),
-            abstained: false,
-            best_similarity: prep.best_similarity,
-            stop: Some(decode.stop),
-            timings,
-            model: Some(ModelOut {
-                path: llm.path.display().to_string(),
-                sha256: loaded.sha256.clone(),
-                route: prep.route.clone(),
-            }),
-        };
-        Ok((answer, raw))
     }
+}
+
+/// `timings` (retrieval so far) completed with the prefill and decode figures.
+fn generation_timings(
+    mut timings: Timings,
+    prefill: &crate::llm::Prefill,
+    decode: &crate::llm::Decode,
+    started: Instant,
+) -> Timings {
+    let prefilled = prefill.prompt_tokens - prefill.cached_tokens;
+    timings.prompt_tokens = prefill.prompt_tokens;
+    timings.cached_tokens = prefill.cached_tokens;
+    timings.prefill_ms = prefill.ms;
+    timings.prefill_tok_per_s = rate(prefilled, prefill.ms);
+    timings.generated_tokens = decode.tokens;
+    timings.decode_ms = decode.ms;
+    timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
+    // From the start of the question: what a person waits for.
+    timings.ttft_ms =
+        timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
+    timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
+    timings
 }
 
 fn rate(tokens: usize, ms: f64) -> f64 {

@@ -26,8 +26,8 @@ use lance_io::object_store::{ObjectStore, ObjectStoreParams, ObjectStoreRegistry
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    CopyMode, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta,
-    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, RenameTargetMode,
+    CopyMode, CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, PutMode,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, RenameTargetMode,
 };
 use url::Url;
 

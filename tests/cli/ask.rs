@@ -454,7 +454,10 @@ fn a_batch_answers_every_line_in_order_and_reports_a_bad_one_apart() {
         .map(|s| s["path"].as_str().unwrap())
         .collect();
     assert!(!paths.is_empty() && paths.len() <= 2, "{paths:?}");
-    assert!(paths.iter().all(|p| p.starts_with("docs/orbital")), "{paths:?}");
+    assert!(
+        paths.iter().all(|p| p.starts_with("docs/orbital")),
+        "{paths:?}"
+    );
     assert_eq!(lines[2]["exit"], 2, "{}", lines[2]);
     assert!(
         lines[2]["error"].as_str().unwrap().contains("topk"),

@@ -215,14 +215,25 @@ fn completed_calls(log: &str) -> Vec<(String, String)> {
 /// re-ingest of a changed file.
 #[test]
 fn every_version_is_published_after_its_files_are_synced() {
-    if std::process::Command::new("strace").arg("-V").output().is_err() {
+    if std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
         panic!("strace is not installed: scripts/setup.sh installs it (apt-get install strace)");
     }
     let p = Project::with_docs();
     let rag = assert_cmd::cargo::cargo_bin("rag");
     let trace = |log: &str| {
         let status = std::process::Command::new("strace")
-            .args(["-f", "-qq", "-o", log, "-e", "trace=syncfs,rename,renameat,renameat2,linkat,link"])
+            .args([
+                "-f",
+                "-qq",
+                "-o",
+                log,
+                "-e",
+                "trace=syncfs,rename,renameat,renameat2,linkat,link",
+            ])
             .arg(&rag)
             .args(["ingest", "docs"])
             .current_dir(p.path())
@@ -234,7 +245,12 @@ fn every_version_is_published_after_its_files_are_synced() {
         std::fs::read_to_string(p.path().join(log)).unwrap()
     };
     let first = trace("first.strace");
-    let doc = std::fs::read_dir(p.path().join("docs")).unwrap().next().unwrap().unwrap().path();
+    let doc = std::fs::read_dir(p.path().join("docs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let mut text = std::fs::read_to_string(&doc).unwrap();
     text.push_str("\n\nA paragraph added after the first ingest.\n");
     std::fs::write(&doc, text).unwrap();
@@ -255,7 +271,10 @@ fn every_version_is_published_after_its_files_are_synced() {
                 unsynced.push(call);
             }
         }
-        assert!(published >= 2, "no manifest publish seen in the trace:\n{log}");
+        assert!(
+            published >= 2,
+            "no manifest publish seen in the trace:\n{log}"
+        );
     }
 }
 
@@ -271,7 +290,9 @@ fn a_full_disk_fails_the_ingest_cleanly_and_loses_nothing() {
     let before = p.json(&["search", "--json", "-k", "20", "orbital station docking"]);
     let mut big = String::new();
     for i in 0..3000 {
-        big.push_str(&format!("## Section {i}\n\nThe zebra quartz lantern number {i} hums.\n\n"));
+        big.push_str(&format!(
+            "## Section {i}\n\nThe zebra quartz lantern number {i} hums.\n\n"
+        ));
     }
     p.doc("big.md", big);
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"));
@@ -304,11 +325,21 @@ fn a_full_disk_fails_the_ingest_cleanly_and_loses_nothing() {
     // With room again, the run finishes what the full disk stopped: the same chunks as a
     // clean ingest of the same files.
     let report = p.ingest();
-    assert_eq!(report["files_failed"].as_array().map(Vec::len), Some(0), "{report}");
+    assert_eq!(
+        report["files_failed"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
     let found = p.json(&["search", "--json", "zebra quartz lantern"]);
-    assert_eq!(hit_paths(&found).first().map(String::as_str), Some("docs/big.md"));
+    assert_eq!(
+        hit_paths(&found).first().map(String::as_str),
+        Some("docs/big.md")
+    );
     let clean = Project::with_docs();
-    clean.doc("big.md", std::fs::read(p.path().join("docs/big.md")).unwrap());
+    clean.doc(
+        "big.md",
+        std::fs::read(p.path().join("docs/big.md")).unwrap(),
+    );
     clean.ingest();
     assert_eq!(
         rag::store::chunk_ids_blocking(&p.path().join(".rag")).unwrap(),
