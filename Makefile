@@ -7,7 +7,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RAG := $(TARGET_DIR)/release/rag
 QUESTION ?= What does the KV cache store?
 
-.PHONY: setup build demo test stress bench eval
+.PHONY: setup build demo test stress bench eval man
 
 setup:
 	scripts/setup.sh
@@ -26,10 +26,14 @@ test: setup
 	$(CARGO) test --release --locked
 
 # The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25) and the
-# property tests with 100,000 cases each instead of 150 (src/fuzz.rs): about 10 minutes.
+# property tests (proptest, src/fuzz.rs) with 120,000 cases each instead of 150: over 10 minutes.
 stress: setup
-	RAG_FUZZ_CASES=100000 $(CARGO) test --release --locked --lib fuzz
+	RAG_FUZZ_CASES=120000 $(CARGO) test --release --locked --lib fuzz
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
+
+# Man pages generated from the clap definitions (rag.1 and rag-COMMAND.1).
+man: build
+	$(RAG) man man
 
 bench: build
 	scripts/bench.sh

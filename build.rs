@@ -17,5 +17,7 @@ fn main() {
             break;
         }
     }
-    println!("cargo:rustc-env=RAG_LLAMA_CPP_BUILD=llama-cpp-sys-2 {version}");
+    // Not RAG_*: cargo also sets this in the environment of `cargo test` runs, and rag
+    // refuses RAG_* variables it does not know.
+    println!("cargo:rustc-env=BUILD_LLAMA_CPP_SYS=llama-cpp-sys-2 {version}");
 }

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
-  1  runtime error (I/O, store, generation)
+  1  runtime error (I/O, store, generation); ingest --check: the index is stale
   2  usage or configuration error
   3  no index: run `rag ingest DIR` first
   4  incompatible index: rebuild it with `rag ingest --rebuild DIR`
@@ -41,7 +41,7 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Config file [default: ./rag.toml if present] [env: RAG_CONFIG]
+    /// Config file [default: rag.toml in this folder or the nearest parent] [env: RAG_CONFIG]
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Index folder [default: .rag next to the config file]
@@ -50,7 +50,7 @@ pub struct GlobalArgs {
     /// No progress bars or summaries on stderr (warnings and errors still show)
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// Print the resolved settings as TOML and exit
+    /// Print the resolved settings as TOML and exit (`rag config` also says where each came from)
     #[arg(long, global = true)]
     pub show_settings: bool,
 }
@@ -58,7 +58,9 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Index files or folders (respects .gitignore)
-    #[command(after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md")]
+    #[command(
+        after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md\n  rag ingest --check docs || echo 'the index is stale'\n  git diff --name-only HEAD~1 -- docs | rag ingest --files-from -\n\nExit codes: 0 done (or up to date with --check), 1 --check found changes, 7 some files failed."
+    )]
     Ingest(IngestArgs),
     /// Answer a question from the indexed documents, with sources
     #[command(
@@ -86,6 +88,25 @@ pub enum Command {
         after_help = "Examples:\n  rag doctor\n  rag doctor --json | jq '.checks[] | select(.status != \"ok\")'\n\nExit codes: 0 nothing failed (warnings allowed), 1 a check failed."
     )]
     Doctor(DoctorArgs),
+    /// Write a commented rag.toml here (or in DIR) and add .rag/ to .gitignore
+    #[command(after_help = "Examples:\n  rag init\n  rag init --force docs-project")]
+    Init(InitArgs),
+    /// The settings in force, each with where it came from (default, file, variable, flag)
+    #[command(
+        after_help = "Examples:\n  rag config\n  RAG_LLM_N_CTX=4096 rag config | grep n_ctx\n  rag config --json | jq -r '.settings[] | select(.source.from != \"default\") | .key'"
+    )]
+    Config(JsonArgs),
+    /// What the index holds and whether the indexed files changed since the last ingest
+    #[command(after_help = "Examples:\n  rag status\n  rag status --json | jq .files_changed")]
+    Status(JsonArgs),
+    /// Print a shell completion script
+    #[command(
+        after_help = "Examples:\n  rag completions bash > ~/.local/share/bash-completion/completions/rag\n  rag completions zsh > \"${fpath[1]}/_rag\"\n  rag completions fish > ~/.config/fish/completions/rag.fish"
+    )]
+    Completions(CompletionsArgs),
+    /// Write man pages (rag.1 and one per command) into DIR (for `make man`)
+    #[command(hide = true)]
+    Man(ManArgs),
     /// Retrieve the best chunks for a query, without generating
     #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
     Search(SearchArgs),
@@ -94,8 +115,15 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct IngestArgs {
     /// Files or folders to index
-    #[arg(required = true, value_name = "PATH")]
+    #[arg(required_unless_present = "files_from", value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+    /// Index exactly the files listed in FILE, one path per line (`-`: stdin), as from
+    /// `git diff --name-only`; listed files that no longer exist are removed from the index
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+    /// Exit 0 when the index is up to date with the files, 1 with the plan when it is not; write nothing
+    #[arg(long, conflicts_with_all = ["rebuild", "dry_run"])]
+    pub check: bool,
     /// Print one JSON object on stdout instead of a summary
     #[arg(long)]
     pub json: bool,
@@ -120,6 +148,39 @@ pub struct IngestArgs {
     /// Embedding batch size
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The project folder [default: the current folder]
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Replace an existing rag.toml
+    #[arg(long)]
+    pub force: bool,
+    /// Print what was written as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArgs {
+    /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Folder to write the pages into
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 //! Relative paths in `rag.toml` are relative to that file; in the environment and on the
 //! command line they are relative to the current directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -27,6 +28,12 @@ pub struct Settings {
     /// Indexed paths are stored relative to it.
     #[serde(skip)]
     pub root: PathBuf,
+    /// The config file in force, if any.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
+    /// Where each `section.key` got its value.
+    #[serde(skip)]
+    pub sources: BTreeMap<String, Source>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -179,6 +186,8 @@ impl Default for Settings {
             rerank: RerankSettings::default(),
             llm: LlmSettings::default(),
             root: PathBuf::new(),
+            file: None,
+            sources: BTreeMap::new(),
         }
     }
 }
@@ -287,23 +296,65 @@ const PATH_KEYS: &[&str] = &[
 /// One layer of overrides from the command line: (`section.key`, value).
 pub type Overrides = Vec<(&'static str, Value)>;
 
-/// Resolve settings. `config` is `--config`; without it `RAG_CONFIG`, then `./rag.toml` if present.
+/// The `RAG_*` environment variables, by name.
+pub type Env = BTreeMap<String, String>;
+
+/// Variables rag reads that are not settings keys: `RAG_CONFIG`, and the hooks the fault
+/// and stress tests use.
+const OTHER_VARS: &[&str] = &[
+    "RAG_CONFIG",
+    "RAG_TEST_CRASH_AT",
+    "RAG_FUZZ_CASES",
+    "RAG_STRESS_EDITS",
+];
+
+/// Where a setting's value came from, for `rag config`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "from", content = "name")]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Env(var) => write!(f, "{var}"),
+            Source::Flag => f.write_str("command line"),
+        }
+    }
+}
+
+/// Resolve settings. `config` is `--config`; without it `RAG_CONFIG`, then the nearest
+/// `rag.toml` in the current folder or a parent (as git finds `.git`).
 pub fn resolve(config: Option<&Path>, flags: Overrides) -> Result<Settings> {
-    let env = |k: &str| std::env::var(k).ok();
+    let mut env = Env::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().filter(|n| n.starts_with("RAG_")) else {
+            continue;
+        };
+        let value = value.into_string().map_err(|_| {
+            ExitError::usage(format!(
+                "{name} is not valid UTF-8; unset it or fix its value"
+            ))
+        })?;
+        env.insert(name.to_string(), value);
+    }
     let cwd = std::env::current_dir().context("reading the current directory")?;
     resolve_with(config, flags, &env, &cwd)
 }
 
-fn resolve_with(
-    config: Option<&Path>,
-    flags: Overrides,
-    env: &dyn Fn(&str) -> Option<String>,
-    cwd: &Path,
-) -> Result<Settings> {
+/// The config file: given (`--config`, `RAG_CONFIG`, relative to `cwd`), or the nearest
+/// `rag.toml` from `cwd` up.
+fn config_file(config: Option<&Path>, env: &Env, cwd: &Path) -> Result<Option<PathBuf>> {
     let explicit = config
         .map(Path::to_path_buf)
-        .or_else(|| env("RAG_CONFIG").map(PathBuf::from));
-    let file = match explicit {
+        .or_else(|| env.get("RAG_CONFIG").map(PathBuf::from));
+    match explicit {
         Some(p) => {
             let p = cwd.join(p);
             if !p.is_file() {
@@ -312,12 +363,24 @@ fn resolve_with(
                     p.display()
                 )));
             }
-            Some(p)
+            Ok(Some(p))
         }
-        None => Some(cwd.join("rag.toml")).filter(|p| p.is_file()),
-    };
+        None => Ok(cwd
+            .ancestors()
+            .map(|dir| dir.join("rag.toml"))
+            .find(|p| p.is_file())),
+    }
+}
+
+fn resolve_with(
+    config: Option<&Path>,
+    flags: Overrides,
+    env: &Env,
+    cwd: &Path,
+) -> Result<Settings> {
+    let file = config_file(config, env, cwd)?;
     // Defaults are relative to the config file's folder when there is one, so `rag` works
-    // from any subfolder given --config, and from the project root without it.
+    // from any subfolder of the project.
     let base = file
         .as_deref()
         .and_then(Path::parent)
@@ -328,6 +391,9 @@ fn resolve_with(
         .as_table()
         .cloned()
         .unwrap_or_default();
+    let keys = leaves(&table);
+    let mut sources: BTreeMap<String, Source> =
+        keys.iter().map(|k| (k.clone(), Source::Default)).collect();
     resolve_paths(&mut table, &base);
 
     if let Some(path) = &file {
@@ -335,17 +401,24 @@ fn resolve_with(
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut layer: Table = toml::from_str(&text)
             .map_err(|e| ExitError::usage(format!("{} is not valid TOML: {e}", path.display())))?;
-        // Validate keys and types against the schema before merging, so an error names the file.
+        check_file_keys(&layer, &keys, path)?;
+        // Validate types against the schema before merging, so an error names the file.
         Value::Table(layer.clone())
             .try_into::<Settings>()
             .map_err(|e| ExitError::usage(format!("{}: {e}", path.display())))?;
         resolve_paths(&mut layer, path.parent().unwrap_or(cwd));
+        for k in leaves(&layer) {
+            sources.insert(k, Source::File(path.clone()));
+        }
         merge(&mut table, layer);
     }
 
-    let env_layer = env_layer(&table, env)?;
-    let mut env_layer = env_layer;
+    check_env_names(env, &keys)?;
+    let mut env_layer = env_layer(&table, env)?;
     resolve_paths(&mut env_layer, cwd);
+    for k in leaves(&env_layer) {
+        sources.insert(k.clone(), Source::Env(env_var(&k)));
+    }
     merge(&mut table, env_layer);
 
     let mut flag_layer = Table::new();
@@ -357,6 +430,7 @@ fn resolve_with(
             .as_table_mut()
             .expect("sections are tables")
             .insert(name.to_string(), value);
+        sources.insert(key.to_string(), Source::Flag);
     }
     resolve_paths(&mut flag_layer, cwd);
     merge(&mut table, flag_layer);
@@ -365,20 +439,95 @@ fn resolve_with(
         .try_into::<Settings>()
         .map_err(|e| ExitError::usage(format!("settings: {e}")))?;
     settings.root = base;
+    settings.file = file;
+    settings.sources = sources;
     settings.validate()?;
     Ok(settings)
 }
 
+/// Every `section.key` of a layer.
+fn leaves(layer: &Table) -> Vec<String> {
+    layer
+        .iter()
+        .flat_map(|(section, v)| {
+            let keys = v.as_table().map(|t| t.keys().collect()).unwrap_or(vec![]);
+            keys.into_iter().map(move |k| format!("{section}.{k}"))
+        })
+        .collect()
+}
+
+/// `llm.n_ctx` -> `RAG_LLM_N_CTX`.
+fn env_var(key: &str) -> String {
+    format!("RAG_{}", key.replace('.', "_").to_uppercase())
+}
+
+/// The candidate closest to `name` by edit distance.
+fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> &'a str {
+    candidates
+        .into_iter()
+        .min_by_key(|c| strsim::levenshtein(name, c))
+        .unwrap_or_default()
+}
+
+/// An unknown section or key in `rag.toml` is an error naming the nearest valid key, so a
+/// typo never silently leaves a default in force.
+fn check_file_keys(layer: &Table, keys: &[String], path: &Path) -> Result<()> {
+    for (section, v) in layer {
+        let Some(table) = v.as_table() else {
+            let near = nearest(
+                section,
+                keys.iter().map(|k| k.split('.').next().unwrap_or(k)),
+            );
+            return Err(ExitError::usage(format!(
+                "{}: `{section}` is not a [section]; settings go in sections such as [{near}]",
+                path.display()
+            )));
+        };
+        for key in table.keys() {
+            let full = format!("{section}.{key}");
+            if !keys.contains(&full) {
+                let near = nearest(&full, keys.iter().map(String::as_str));
+                return Err(ExitError::usage(format!(
+                    "{}: unknown key {full}; did you mean {near}? (`rag config` lists every key)",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An unknown `RAG_*` variable is an error naming the nearest one rag reads: a misspelt
+/// `RAG_LLM_MAX_TOKEN` would otherwise be ignored without a word.
+fn check_env_names(env: &Env, keys: &[String]) -> Result<()> {
+    let known: Vec<String> = keys
+        .iter()
+        .map(|k| env_var(k))
+        .chain(OTHER_VARS.iter().map(|v| v.to_string()))
+        .collect();
+    for name in env.keys() {
+        if !known.contains(name) {
+            let near = nearest(name, known.iter().map(String::as_str));
+            return Err(ExitError::usage(format!(
+                "unknown environment variable {name}; did you mean {near}? Unset it \
+                 (`unset {name}`) if it is not meant for rag"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `RAG_SECTION_KEY` for every key of the defaults, typed like the default value.
-fn env_layer(defaults: &Table, env: &dyn Fn(&str) -> Option<String>) -> Result<Table> {
+fn env_layer(defaults: &Table, env: &Env) -> Result<Table> {
     let mut out = Table::new();
     for (section, keys) in defaults {
         let Some(keys) = keys.as_table() else {
             continue;
         };
         for (key, default) in keys {
-            let var = format!("RAG_{}_{}", section.to_uppercase(), key.to_uppercase());
-            let Some(raw) = env(&var) else { continue };
+            let var = env_var(&format!("{section}.{key}"));
+            let Some(raw) = env.get(&var) else { continue };
+
             let value = match default {
                 Value::Integer(_) => raw.trim().parse::<i64>().ok().map(Value::Integer),
                 Value::Float(_) => raw.trim().parse::<f64>().ok().map(Value::Float),
@@ -612,19 +761,17 @@ pub fn threads(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn run(file: Option<&str>, env: &[(&str, &str)], flags: Overrides) -> Result<Settings> {
         let dir = tempfile::tempdir().unwrap();
         if let Some(text) = file {
             std::fs::write(dir.path().join("rag.toml"), text).unwrap();
         }
-        let env: HashMap<String, String> = env
+        let env: Env = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let get = move |k: &str| env.get(k).cloned();
-        resolve_with(None, flags, &get, dir.path()).map(|mut s| {
+        resolve_with(None, flags, &env, dir.path()).map(|mut s| {
             // Make paths comparable across temp dirs.
             s.llm.model = s
                 .llm
@@ -703,5 +850,73 @@ mod tests {
         assert_eq!(s.rerank.model, PathBuf::new(), "an unset path stays empty");
         let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], vec![]).unwrap_err();
         assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+    }
+
+    #[test]
+    fn the_nearest_rag_toml_up_the_tree_is_the_config_and_its_folder_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rag.toml"), "[llm]\nn_ctx = 1024\n").unwrap();
+        let sub = dir.path().join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        let s = resolve_with(None, vec![], &Env::new(), &sub).unwrap();
+        assert_eq!(s.llm.n_ctx, 1024);
+        assert_eq!(s.root, dir.path());
+        assert_eq!(s.index.dir, dir.path().join(".rag"));
+        assert_eq!(
+            s.file.as_deref(),
+            Some(dir.path().join("rag.toml").as_path())
+        );
+        // A path given in the environment stays relative to the current folder.
+        let env: Env = [("RAG_INDEX_DIR".to_string(), "idx".to_string())].into();
+        let s = resolve_with(None, vec![], &env, &sub).unwrap();
+        assert_eq!(s.index.dir, sub.join("idx"));
+    }
+
+    #[test]
+    fn every_setting_says_where_it_came_from() {
+        let s = run(
+            Some("[llm]\nn_ctx = 1024\ntop_p = 0.5\n"),
+            &[("RAG_LLM_TOP_P", "0.7")],
+            vec![("llm.seed", Value::Integer(7))],
+        )
+        .unwrap();
+        assert_eq!(s.sources["llm.max_tokens"], Source::Default);
+        assert!(matches!(&s.sources["llm.n_ctx"], Source::File(p) if p.ends_with("rag.toml")));
+        assert_eq!(s.sources["llm.top_p"], Source::Env("RAG_LLM_TOP_P".into()));
+        assert_eq!(s.sources["llm.seed"], Source::Flag);
+        let keys = leaves(Value::try_from(&s).unwrap().as_table().unwrap());
+        assert_eq!(keys.len(), s.sources.len(), "every key has a source");
+    }
+
+    #[test]
+    fn unknown_keys_and_variables_name_the_nearest_valid_one() {
+        let e = run(Some("[llm]\nmax_token = 9\n"), &[], vec![]).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("unknown key llm.max_token; did you mean llm.max_tokens?"),
+            "{msg}"
+        );
+        let e = run(Some("[retreival]\ntop_k = 9\n"), &[], vec![]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("did you mean retrieval.top_k?"),
+            "{e:#}"
+        );
+        let e = run(Some("top_k = 9\n"), &[], vec![]).unwrap_err();
+        assert!(format!("{e:#}").contains("not a [section]"), "{e:#}");
+        let e = run(None, &[("RAG_LLM_MAX_TOKEN", "9")], vec![]).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains(
+                "unknown environment variable RAG_LLM_MAX_TOKEN; did you mean RAG_LLM_MAX_TOKENS?"
+            ),
+            "{msg}"
+        );
+        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        for ok in OTHER_VARS {
+            assert!(
+                run(None, &[(ok, "1")], vec![]).is_ok() || *ok == "RAG_CONFIG",
+                "{ok}"
+            );
+        }
     }
 }

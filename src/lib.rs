@@ -28,8 +28,11 @@ pub mod eval;
 pub mod hashcache;
 pub mod ingest;
 pub mod llm;
+pub mod project;
 pub mod promptcache;
 pub mod retrieve;
+pub mod shell;
+pub mod status;
 pub mod store;
 pub mod ui;
 
@@ -155,7 +158,13 @@ fn overrides(cli: &Cli) -> config::Overrides {
             gen(&mut o, &a.gen);
         }
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
-        Command::BenchStore(_) | Command::Doctor(_) => {}
+        Command::BenchStore(_)
+        | Command::Doctor(_)
+        | Command::Init(_)
+        | Command::Config(_)
+        | Command::Status(_)
+        | Command::Completions(_)
+        | Command::Man(_) => {}
         Command::Ask(cli::AskArgs {
             retrieval: r,
             gen: a,
@@ -201,12 +210,29 @@ fn gen(o: &mut config::Overrides, a: &cli::GenArgs) {
 
 /// Resolves settings and runs one command.
 pub fn run(cli: Cli) -> Result<Exit> {
-    let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
     let ui = ui::Ui {
         quiet: cli.global.quiet,
     };
+    // These need no settings, or (init) must work where the settings are broken.
+    match &cli.command {
+        Command::Completions(a) => return shell::completions(a.shell, &ui),
+        Command::Man(a) => return shell::man_pages(&a.dir, &ui),
+        Command::Init(a) => {
+            let current = config::resolve(cli.global.config.as_deref(), vec![]).ok();
+            let dir = a.dir.clone().unwrap_or_else(|| ".".into());
+            let done = project::init(&dir, a.force, current.as_ref())?;
+            project::print_init(&ui, &done, a.json)?;
+            return Ok(Exit::Success);
+        }
+        _ => {}
+    }
+    let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
     if cli.global.show_settings {
         ui.out(&settings.to_toml())?;
+        return Ok(Exit::Success);
+    }
+    if let Command::Config(a) = &cli.command {
+        project::print_config(&ui, &settings, a.json)?;
         return Ok(Exit::Success);
     }
     if matches!(
@@ -237,6 +263,13 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Ask(a) => ask_command(&settings, a, &ui, &rt),
         Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a), &ui, &rt),
         Command::Doctor(a) => doctor::run(&settings, a.json, &ui, &rt),
+        Command::Status(a) => {
+            status::print(&ui, &status::collect(&settings, &rt)?, a.json)?;
+            Ok(Exit::Success)
+        }
+        Command::Init(_) | Command::Config(_) | Command::Completions(_) | Command::Man(_) => {
+            unreachable!("handled before the settings are resolved")
+        }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Chat(a) => {
@@ -254,21 +287,32 @@ fn ingest_command(
     ui: &ui::Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
+    let (paths, gone) = match &a.files_from {
+        Some(list) => ingest::files_from(list, &a.paths)?,
+        None => (a.paths.clone(), vec![]),
+    };
     let opts = ingest::IngestOptions {
         rebuild: a.rebuild,
-        dry_run: a.dry_run,
+        dry_run: a.dry_run || a.check,
         prune: !a.no_prune,
         retry_failed: a.retry_failed,
         prune_all: a.prune_all,
         change_root: a.change_root,
+        gone,
     };
-    let report = ingest::run(settings, &a.paths, &opts, ui, rt)?;
+    let report = ingest::run(settings, &paths, &opts, ui, rt)?;
     if a.json {
         ui.json(&report)?;
     } else {
         print_ingest(ui, &report)?;
     }
-    Ok(if report.files_failed.is_empty() {
+    let stale = report
+        .dry_run
+        .as_ref()
+        .is_some_and(|p| !(p.added.is_empty() && p.changed.is_empty() && p.removed.is_empty()));
+    Ok(if a.check && stale {
+        Exit::Failure
+    } else if report.files_failed.is_empty() {
         Exit::Success
     } else {
         Exit::PartialIngest
@@ -357,10 +401,18 @@ fn print_ingest(ui: &ui::Ui, r: &ingest::Report) -> Result<()> {
                 ui.outln(&format!("{what:7} {p}"))?;
             }
         }
-        ui.info(&format!(
-            "dry run: nothing written ({} unchanged)",
-            plan.unchanged
-        ));
+        let todo = plan.added.len() + plan.changed.len() + plan.removed.len();
+        ui.info(&if todo == 0 {
+            format!("up to date: nothing to add, change or remove ({} unchanged)", plan.unchanged)
+        } else {
+            format!(
+                "not up to date: {} to add, {} to change, {} to remove ({} unchanged); nothing written",
+                plan.added.len(),
+                plan.changed.len(),
+                plan.removed.len(),
+                plan.unchanged
+            )
+        });
         return Ok(());
     }
     for f in &r.files_skipped {

@@ -295,7 +295,7 @@ pub struct Session<'m> {
 }
 
 /// The llama.cpp build this binary links (KV state files are only valid within one build).
-pub const LLAMA_CPP_BUILD: &str = env!("RAG_LLAMA_CPP_BUILD");
+pub const LLAMA_CPP_BUILD: &str = env!("BUILD_LLAMA_CPP_SYS");
 
 /// Token ids as plain integers, for storing.
 pub fn ids(tokens: &[LlamaToken]) -> Vec<i32> {

@@ -14,6 +14,8 @@ mod eval;
 mod faults;
 #[path = "cli/ingest.rs"]
 mod ingest;
+#[path = "cli/project.rs"]
+mod project;
 #[path = "cli/prompt.rs"]
 mod prompt;
 #[path = "cli/retrieval.rs"]

@@ -13,7 +13,7 @@ pub mod walk;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -41,6 +41,42 @@ pub struct IngestOptions {
     pub prune_all: bool,
     /// Make this project the index's root although the index was made for another one.
     pub change_root: bool,
+    /// Listed files that no longer exist (`--files-from`): removed from the index.
+    pub gone: Vec<PathBuf>,
+}
+
+/// `--files-from FILE|-`: the listed paths (plus any given as arguments) that exist, and
+/// those that do not, which the ingest removes from the index.
+pub fn files_from(list: &Path, extra: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let text = if list == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).context("reading the file list on stdin")?
+    } else {
+        std::fs::read_to_string(list).map_err(|e| {
+            ExitError::usage(format!(
+                "cannot read the file list {} ({e}); give a file with one path per line, or - for stdin",
+                list.display()
+            ))
+        })?
+    };
+    let listed = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .chain(extra.iter().cloned());
+    Ok(listed.partition(|p| p.symlink_metadata().is_ok()))
+}
+
+/// A path that no longer exists, relative to the root: its nearest existing folder,
+/// canonicalised, plus the rest, so `docs/gone.md` of a deleted folder still names it.
+fn gone_relative(root: &Path, path: &Path) -> Option<String> {
+    let abs = std::env::current_dir().ok()?.join(path);
+    let base = abs.ancestors().find(|a| a.exists())?;
+    let rest = abs.strip_prefix(base).ok()?;
+    let canonical = std::fs::canonicalize(base).ok()?.join(rest);
+    canonical
+        .starts_with(root)
+        .then(|| walk::relative(root, &canonical))
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -135,7 +171,7 @@ fn lock(dir: &Path) -> Result<IngestLock> {
 
 pub fn run(
     settings: &Settings,
-    inputs: &[std::path::PathBuf],
+    inputs: &[PathBuf],
     opts: &IngestOptions,
     ui: &Ui,
     rt: &tokio::runtime::Runtime,
@@ -156,7 +192,11 @@ pub fn run(
     };
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
-    let walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes, &filter)?;
+    let mut walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes, &filter)?;
+    // A listed file that is gone is a scope of its own: pruning removes exactly it.
+    walked
+        .scopes
+        .extend(opts.gone.iter().filter_map(|g| gone_relative(&root, g)));
     let mut report = Report {
         files_seen: walked.files.len(),
         ..Report::default()
@@ -659,6 +699,7 @@ mod tests {
             retry_failed: false,
             prune_all,
             change_root: false,
+            gone: vec![],
         }
     }
 

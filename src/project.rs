@@ -1,0 +1,285 @@
+//! A project's settings file: `rag init` writes one, `rag config` explains the settings in
+//! force and where each came from.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use toml::Value;
+
+use crate::config::{Settings, Source};
+use crate::ui::Ui;
+use crate::ExitError;
+
+/// The commented template: the repository's own rag.toml, which shows every key with its
+/// default and why (a unit test keeps it complete and true).
+const TEMPLATE: &str = include_str!("../rag.toml");
+
+/// Model keys and their default paths, as written in the template.
+const MODEL_KEYS: &[(&str, &str, &str)] = &[
+    ("embed", "model", "models/all-MiniLM-L6-v2-int8.onnx"),
+    ("embed", "tokenizer_dir", "models/minilm"),
+    ("embed", "ort_lib", "models/libonnxruntime.so.1.31.1"),
+    ("llm", "model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    (
+        "llm",
+        "large_model",
+        "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
+    ),
+];
+
+/// What `rag init` did.
+#[derive(Debug, Serialize)]
+pub struct Init {
+    pub config: PathBuf,
+    pub gitignore: PathBuf,
+    /// Model keys written with the absolute path of a model found elsewhere.
+    pub models: Vec<(String, PathBuf)>,
+    /// Model keys left at a default that points at no file.
+    pub missing: Vec<String>,
+}
+
+/// Where a model key's file is: the default under `dir`, the path the current settings
+/// resolve to, or the `models/` folder of the checkout this binary was built from.
+fn locate(
+    dir: &Path,
+    current: Option<&Settings>,
+    section: &str,
+    key: &str,
+    default: &str,
+) -> Option<PathBuf> {
+    if dir.join(default).exists() {
+        return None; // the default works as written
+    }
+    let resolved = current.and_then(|s| {
+        let v = Value::try_from(s).ok()?;
+        Some(PathBuf::from(v.get(section)?.get(key)?.as_str()?))
+    });
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(default);
+    [resolved, Some(built)]
+        .into_iter()
+        .flatten()
+        .find(|p| p.is_absolute() && p.exists())
+}
+
+/// `rag init [DIR]`: a commented rag.toml whose model paths resolve, and `.rag/` in
+/// `.gitignore`. Refuses to overwrite an existing rag.toml without `force`.
+pub fn init(dir: &Path, force: bool, current: Option<&Settings>) -> Result<Init> {
+    if !dir.is_dir() {
+        return Err(ExitError::usage(format!(
+            "{} is not a folder; create it first or run `rag init` inside the project",
+            dir.display()
+        )));
+    }
+    let dir = &std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let config = dir.join("rag.toml");
+    if config.exists() && !force {
+        return Err(ExitError::usage(format!(
+            "{} already exists; edit it, or run `rag init --force` to replace it with the template",
+            config.display()
+        )));
+    }
+    // Every key is written commented out, at its default: `rag config` then shows which
+    // settings a user changed, and a new default in a later rag reaches them.
+    let mut text: String = TEMPLATE
+        .lines()
+        .map(|l| match l.chars().next() {
+            Some(c) if c.is_ascii_lowercase() => format!("# {l}\n"),
+            _ => format!("{l}\n"),
+        })
+        .collect();
+    let mut out = Init {
+        config: config.clone(),
+        gitignore: dir.join(".gitignore"),
+        models: vec![],
+        missing: vec![],
+    };
+    text = text.replacen(
+        "Every key is shown with its default.",
+        "Every key is shown, commented out, at its default:\n# uncomment one to change it.",
+        1,
+    );
+    for (section, key, default) in MODEL_KEYS {
+        let line = format!("\n# {key} = \"{default}\"\n");
+        match locate(dir, current, section, key, default) {
+            Some(found) => {
+                let toml_path = Value::String(found.to_string_lossy().into_owned());
+                text = text.replacen(&line, &format!("\n{key} = {toml_path}\n"), 1);
+                out.models.push((format!("{section}.{key}"), found));
+            }
+            None if !dir.join(default).exists() => out.missing.push(format!("{section}.{key}")),
+            None => {}
+        }
+    }
+    crate::atomic::write(&config, text.as_bytes())?;
+    ignore_index(&out.gitignore)?;
+    Ok(out)
+}
+
+/// Adds `.rag/` to a `.gitignore` (created if missing) unless a line already covers it.
+fn ignore_index(path: &Path) -> Result<()> {
+    let old = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let covered = old
+        .lines()
+        .any(|l| matches!(l.trim(), ".rag" | ".rag/" | "/.rag" | "/.rag/"));
+    if covered {
+        return Ok(());
+    }
+    let sep = if old.is_empty() || old.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    let new = format!(
+        "{old}{sep}# rag's index (a copy of the documents; `rag ingest` rebuilds it)\n.rag/\n"
+    );
+    crate::atomic::write(path, new.as_bytes())
+}
+
+pub fn print_init(ui: &Ui, done: &Init, json: bool) -> Result<()> {
+    if json {
+        return ui.json(done);
+    }
+    ui.info(&format!("wrote {}", done.config.display()));
+    ui.info(&format!(".rag/ is in {}", done.gitignore.display()));
+    for (key, path) in &done.models {
+        ui.info(&format!("{key} = {}", path.display()));
+    }
+    if !done.missing.is_empty() {
+        ui.warn(&format!(
+            "no model file found for {}; run scripts/setup.sh in the rag checkout, then set these keys in rag.toml",
+            done.missing.join(", ")
+        ));
+    }
+    ui.info("next:\n  rag ingest .\n  rag ask \"a question about your documents\"");
+    Ok(())
+}
+
+/// One resolved setting, for `rag config --json`.
+#[derive(Debug, Serialize)]
+struct Entry<'a> {
+    key: String,
+    value: Value,
+    source: &'a Source,
+}
+
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    config_file: Option<&'a Path>,
+    root: &'a Path,
+    settings: Vec<Entry<'a>>,
+}
+
+fn entries(s: &Settings) -> Vec<Entry<'_>> {
+    let table = Value::try_from(s).ok();
+    let table = table.as_ref().and_then(Value::as_table);
+    let mut out = vec![];
+    for (section, keys) in table.into_iter().flatten() {
+        for (key, value) in keys.as_table().into_iter().flatten() {
+            let full = format!("{section}.{key}");
+            if let Some(source) = s.sources.get(&full) {
+                out.push(Entry {
+                    key: full,
+                    value: value.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `rag config`: every setting in force as TOML, each with where it came from.
+pub fn print_config(ui: &Ui, s: &Settings, json: bool) -> Result<()> {
+    let settings = entries(s);
+    if json {
+        return ui.json(&Report {
+            config_file: s.file.as_deref(),
+            root: &s.root,
+            settings,
+        });
+    }
+    let file = match &s.file {
+        Some(f) => f.display().to_string(),
+        None => "none (built-in defaults; `rag init` writes one)".into(),
+    };
+    let mut text = format!(
+        "# config file: {file}\n# project root: {}\n",
+        s.root.display()
+    );
+    let mut section = "";
+    for e in &settings {
+        let (sec, key) = e.key.split_once('.').unwrap_or(("", &e.key));
+        if sec != section {
+            text.push_str(&format!("\n[{sec}]\n"));
+            section = sec;
+        }
+        let line = format!("{key} = {}", e.value);
+        text.push_str(&format!("{line:<48} # {}\n", e.source));
+    }
+    Ok(ui.out(&text)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_names_every_key_with_its_default() {
+        // deny_unknown_fields rejects a stale key; comparing keys catches a missing one.
+        let parsed: Settings = toml::from_str(TEMPLATE).unwrap();
+        assert_eq!(parsed, Settings::default(), "rag.toml holds the defaults");
+        let template: toml::Table = toml::from_str(TEMPLATE).unwrap();
+        let defaults = Value::try_from(Settings::default()).unwrap();
+        let keys = |t: &toml::Table| -> Vec<String> {
+            t.iter()
+                .flat_map(|(s, v)| {
+                    v.as_table()
+                        .unwrap()
+                        .keys()
+                        .map(move |k| format!("{s}.{k}"))
+                })
+                .collect()
+        };
+        assert_eq!(keys(&template), keys(defaults.as_table().unwrap()));
+        for (_, key, default) in MODEL_KEYS {
+            assert!(
+                TEMPLATE.contains(&format!("\n{key} = \"{default}\"\n")),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn init_writes_a_config_that_resolves_and_ignores_the_index_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "target").unwrap();
+        let done = init(dir.path(), false, None).unwrap();
+        let text = std::fs::read_to_string(&done.config).unwrap();
+        let parsed: Settings = toml::from_str(&text).unwrap();
+        assert_eq!(parsed.retrieval, Settings::default().retrieval);
+        assert!(
+            text.contains("\n# top_k = 5\n"),
+            "keys are commented out at their defaults"
+        );
+        let e = init(dir.path(), false, None).unwrap_err();
+        assert!(format!("{e:#}").contains("--force"), "{e:#}");
+        init(dir.path(), true, None).unwrap();
+        let ignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
+        assert!(ignore.starts_with("target\n"), "{ignore}");
+        assert_eq!(ignore.matches(".rag/").count(), 1, "{ignore}");
+        // Models from the checkout rag was built in are found by absolute path.
+        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(MODEL_KEYS[0].2);
+        if built.exists() {
+            assert!(done
+                .models
+                .iter()
+                .any(|(k, p)| k == "embed.model" && *p == built));
+            assert!(text.contains(&built.display().to_string()));
+        }
+    }
+}

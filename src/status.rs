@@ -1,0 +1,187 @@
+//! `rag status`: what the index holds and how stale it is, without loading a model. The
+//! staleness figure is a cheap scan: each indexed file's size and mtime against what the
+//! index recorded (new files need a walk of the inputs: `rag ingest --check DIR`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::store::Store;
+use crate::ui::Ui;
+use crate::ExitError;
+
+#[derive(Debug, Serialize)]
+pub struct Generator {
+    pub role: &'static str,
+    pub path: PathBuf,
+    /// None when the file is missing.
+    pub bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub index: PathBuf,
+    pub root: PathBuf,
+    pub files: usize,
+    pub chunks: usize,
+    pub embed_model: String,
+    pub embed_dim: usize,
+    pub generators: Vec<Generator>,
+    /// Seconds since the Unix epoch of the newest table version.
+    pub last_ingest_unix: Option<u64>,
+    pub disk_bytes: u64,
+    pub table_versions: usize,
+    pub prompt_cache_entries: usize,
+    pub prompt_cache_bytes: u64,
+    /// Indexed files whose size or mtime differs from the record.
+    pub files_changed: usize,
+    /// Indexed files that are gone.
+    pub files_missing: usize,
+    pub files_failed: usize,
+}
+
+/// The newest modification time under the tables' version folders: the last commit.
+fn last_commit(dir: &Path) -> Option<u64> {
+    ["chunks.lance", "files.lance"]
+        .iter()
+        .filter_map(|t| std::fs::read_dir(dir.join(t).join("_versions")).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .max()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs())
+}
+
+pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
+    let dir = &s.index.dir;
+    if !Store::exists(dir) {
+        return Err(ExitError::no_index(format!(
+            "no index at {}; run `rag ingest DIR` first",
+            dir.display()
+        )));
+    }
+    let store = rt.block_on(Store::open(dir))?;
+    let stats = rt.block_on(store.stats())?;
+    let states = rt.block_on(store.file_states())?;
+    let root = &store.meta.root;
+    let (mut changed, mut missing) = (0, 0);
+    for st in states.values() {
+        match std::fs::symlink_metadata(root.join(&st.path)) {
+            Ok(m) => {
+                let mtime = m.mtime() * 1_000_000_000 + m.mtime_nsec();
+                if m.len() != st.size || mtime != st.mtime_ns {
+                    changed += 1;
+                }
+            }
+            Err(_) => missing += 1,
+        }
+    }
+    let generators = [("small", &s.llm.model), ("large", &s.llm.large_model)]
+        .into_iter()
+        .map(|(role, path)| Generator {
+            role,
+            path: path.clone(),
+            bytes: std::fs::metadata(path).ok().map(|m| m.len()),
+        })
+        .collect();
+    let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
+    Ok(Status {
+        index: dir.clone(),
+        root: root.clone(),
+        files: stats.files,
+        chunks: stats.chunks,
+        embed_model: store.meta.embed.name.clone(),
+        embed_dim: store.meta.embed.dim,
+        generators,
+        last_ingest_unix: last_commit(dir),
+        disk_bytes: crate::doctor::dir_bytes(dir),
+        table_versions: rt.block_on(store.version_count())?,
+        prompt_cache_entries: entries,
+        prompt_cache_bytes: cache_bytes,
+        files_changed: changed,
+        files_missing: missing,
+        files_failed: crate::ingest::failed::Failed::load(dir).files.len(),
+    })
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn ago(unix: Option<u64>) -> String {
+    let Some(t) = unix else {
+        return "unknown".into();
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(t, |d| d.as_secs());
+    let s = now.saturating_sub(t);
+    match s {
+        0..120 => format!("{s} s ago"),
+        120..7200 => format!("{} min ago", s / 60),
+        7200..172_800 => format!("{} h ago", s / 3600),
+        _ => format!("{} days ago", s / 86_400),
+    }
+}
+
+pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
+    if json {
+        return ui.json(st);
+    }
+    let mut rows = vec![
+        ("index", st.index.display().to_string()),
+        ("project root", st.root.display().to_string()),
+        (
+            "files",
+            format!("{} ({} failed)", st.files, st.files_failed),
+        ),
+        ("chunks", st.chunks.to_string()),
+        (
+            "embedder",
+            format!("{} ({} dims)", st.embed_model, st.embed_dim),
+        ),
+    ];
+    for g in &st.generators {
+        let size = g.bytes.map_or("missing".into(), mib);
+        let label = if g.role == "small" {
+            "generator"
+        } else {
+            "large model"
+        };
+        rows.push((label, format!("{} ({size})", g.path.display())));
+    }
+    rows.extend([
+        ("last ingest", ago(st.last_ingest_unix)),
+        (
+            "on disk",
+            format!(
+                "{}, {} table versions",
+                mib(st.disk_bytes),
+                st.table_versions
+            ),
+        ),
+        (
+            "prompt cache",
+            format!(
+                "{} entries, {}",
+                st.prompt_cache_entries,
+                mib(st.prompt_cache_bytes)
+            ),
+        ),
+    ]);
+    let stale = if st.files_changed + st.files_missing == 0 {
+        "none of the indexed files changed (new files: `rag ingest --check DIR`)".to_string()
+    } else {
+        format!(
+            "{} changed, {} missing since the last ingest; run `rag ingest DIR`",
+            st.files_changed, st.files_missing
+        )
+    };
+    rows.push(("freshness", stale));
+    let text: String = rows.iter().map(|(k, v)| format!("{k:<14} {v}\n")).collect();
+    Ok(ui.out(&text)?)
+}

@@ -1,0 +1,191 @@
+//! The project around the index: discovery of rag.toml, `rag init`, `rag config`,
+//! `rag status`, `ingest --check` / `--files-from`, completions and man pages.
+
+use crate::support::Project;
+
+#[test]
+fn rag_finds_the_project_config_from_a_subfolder_and_says_where_each_setting_came_from() {
+    let p = Project::with_docs();
+    let sub = p.path().join("docs");
+    let out = p
+        .rag()
+        .current_dir(&sub)
+        .env("RAG_RETRIEVAL_TOP_K", "7")
+        .args(["config", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    assert_eq!(
+        v["config_file"],
+        root.join("rag.toml").to_str().unwrap(),
+        "{v}"
+    );
+    let find = |key: &str| {
+        v["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} missing from {v}"))
+    };
+    assert_eq!(
+        find("retrieval.top_k")["source"]["name"],
+        "RAG_RETRIEVAL_TOP_K"
+    );
+    assert_eq!(find("retrieval.top_k")["value"], 7);
+    assert_eq!(find("llm.max_tokens")["source"]["from"], "file");
+    assert_eq!(find("llm.n_ctx")["source"]["from"], "default");
+    // The index is the project's, found from the subfolder: a search there works.
+    p.ingest();
+    let out = p
+        .rag()
+        .current_dir(&sub)
+        .args(["search", "--json", "-k", "1", "kneading dough"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("docs/bread.rst"));
+}
+
+#[test]
+fn unknown_settings_are_errors_naming_the_nearest_key() {
+    let p = Project::empty();
+    let (code, _, err) = p.run_env(&[("RAG_LLM_MAX_TOKEN", "9")], &["status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("did you mean RAG_LLM_MAX_TOKENS?"), "{err}");
+    let toml = std::fs::read_to_string(p.path().join("rag.toml")).unwrap();
+    std::fs::write(p.path().join("rag.toml"), format!("{toml}top_kk = 3\n")).unwrap();
+    let (code, _, err) = p.run(&["status"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("unknown key llm.top_kk; did you mean"),
+        "{err}"
+    );
+}
+
+#[test]
+fn init_writes_a_working_config_and_ignores_the_index() {
+    let p = Project::with_docs();
+    std::fs::remove_file(p.path().join("rag.toml")).unwrap();
+    let (code, _, err) = p.run(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("rag ingest ."), "the next commands: {err}");
+    let ignore = std::fs::read_to_string(p.path().join(".gitignore")).unwrap();
+    assert!(ignore.lines().any(|l| l == ".rag/"), "{ignore}");
+    let (code, _, err) = p.run(&["init"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--force"), "{err}");
+    // The written config finds the models: ingest and search work with nothing else.
+    let v = p.ingest();
+    assert_eq!(v["files_added"], 7, "{v}");
+    let (code, out, _) = p.run(&["config"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("top_k = 5") && out.contains("# default"),
+        "{out}"
+    );
+}
+
+#[test]
+fn status_reports_the_index_and_what_changed_since_the_last_ingest() {
+    let p = Project::with_docs();
+    let (code, _, err) = p.run(&["status"]);
+    assert_eq!(code, 3, "no index yet: {err}");
+    p.ingest();
+    let v = p.json(&["status", "--json"]);
+    assert_eq!(v["files"], 7, "{v}");
+    assert_eq!(v["embed_dim"], 384, "{v}");
+    assert_eq!(v["files_changed"], 0, "{v}");
+    assert!(v["table_versions"].as_u64().unwrap() >= 1, "{v}");
+    assert!(v["generators"][0]["bytes"].as_u64().unwrap() > 0, "{v}");
+    std::fs::write(p.path().join("docs/gardening.txt"), "Changed.\n").unwrap();
+    std::fs::remove_file(p.path().join("docs/checksum.rs")).unwrap();
+    let v = p.json(&["status", "--json"]);
+    assert_eq!(
+        (v["files_changed"].as_u64(), v["files_missing"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+}
+
+#[test]
+fn ingest_check_fails_on_a_stale_index_and_writes_nothing() {
+    let p = Project::with_docs();
+    let (code, out, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!(code, 1, "no index: every file is to add");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("add")).count(),
+        7,
+        "{out}"
+    );
+    assert!(
+        !p.path().join(".rag/index.json").exists(),
+        "--check wrote the index"
+    );
+    p.ingest();
+    let (code, out, err) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    p.doc("new.md", "# New\n\nA new page.\n");
+    let (code, out, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!((code, out.trim()), (1, "add     docs/new.md"));
+}
+
+#[test]
+fn files_from_ingests_exactly_the_listed_paths_and_removes_listed_deletions() {
+    let p = Project::with_docs();
+    p.ingest();
+    std::fs::write(
+        p.path().join("docs/gardening.txt"),
+        "Tomatoes need stakes.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        p.path().join("docs/bread.rst"),
+        "Bread\n=====\n\nRye needs time.\n",
+    )
+    .unwrap();
+    std::fs::remove_file(p.path().join("docs/checksum.rs")).unwrap();
+    let list = p.path().join("changed.txt");
+    // bread.rst changed but is not listed: it stays as indexed.
+    std::fs::write(&list, "docs/gardening.txt\ndocs/checksum.rs\n\n").unwrap();
+    let v = p.json(&["ingest", "--json", "--files-from", list.to_str().unwrap()]);
+    assert_eq!(
+        (v["files_changed"].as_u64(), v["files_removed"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["files_seen"], 1, "{v}");
+    let (_, out, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!(out.trim(), "change  docs/bread.rst");
+    // From stdin.
+    let out = p
+        .rag()
+        .args(["ingest", "--json", "--files-from", "-"])
+        .write_stdin("docs/bread.rst\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let (code, _, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_real_flags() {
+    let p = Project::empty();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let (code, out, err) = p.run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(
+            out.contains("files-from"),
+            "{shell} completion lacks a flag"
+        );
+    }
+    let dir = p.path().join("man");
+    let (code, _, err) = p.run(&["man", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(dir.join("rag-ingest.1")).unwrap();
+    assert!(page.contains("files\\-from"), "{page}");
+}
