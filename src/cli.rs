@@ -50,6 +50,13 @@ pub struct GlobalArgs {
     /// No progress bars or summaries on stderr (warnings and errors still show)
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// More on stderr: -v explains retrieval (each retriever's rank, the fused score, what the
+    /// budget dropped) and logs rag's steps; -vv adds llama.cpp and LanceDB; RAG_LOG=FILTER overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Colour on stderr: auto (a terminal, and NO_COLOR unset), always, never
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = crate::ui::ColorWhen::Auto)]
+    pub color: crate::ui::ColorWhen,
     /// Print the resolved settings as TOML and exit (`rag config` also says where each came from)
     #[arg(long, global = true)]
     pub show_settings: bool,
@@ -59,7 +66,7 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Index files or folders (respects .gitignore)
     #[command(
-        after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md\n  rag ingest --check docs || echo 'the index is stale'\n  git diff --name-only HEAD~1 -- docs | rag ingest --files-from -\n\nExit codes: 0 done (or up to date with --check), 1 --check found changes, 7 some files failed."
+        after_help = "Examples:\n  rag ingest corpus\n  rag ingest --json docs/ README.md\n  rag ingest --check docs || echo 'the index is stale'\n  git diff --name-only HEAD~1 -- docs | rag ingest --files-from -\n  rag ingest --watch docs\n\nExit codes: 0 done (or up to date with --check), 1 --check found changes, 7 some files failed."
     )]
     Ingest(IngestArgs),
     /// Answer a question from the indexed documents, with sources
@@ -124,6 +131,9 @@ pub struct IngestArgs {
     /// Exit 0 when the index is up to date with the files, 1 with the plan when it is not; write nothing
     #[arg(long, conflicts_with_all = ["rebuild", "dry_run"])]
     pub check: bool,
+    /// Keep the index current: ingest now, then again after each burst of changes (one summary, or one --json line, per batch); Ctrl-C stops
+    #[arg(long, conflicts_with_all = ["rebuild", "dry_run", "check", "files_from"])]
+    pub watch: bool,
     /// Print one JSON object on stdout instead of a summary
     #[arg(long)]
     pub json: bool,
@@ -246,9 +256,6 @@ pub struct RetrievalArgs {
     /// Only chunks matching this SQL filter over path, heading, line_start, line_end, text
     #[arg(long = "where", value_name = "SQL")]
     pub where_sql: Option<String>,
-    /// Explain retrieval on stderr: each retriever's rank, the fused score, what was dropped
-    #[arg(short, long)]
-    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

@@ -174,6 +174,8 @@ pub struct LlmSettings {
     pub add_citations: bool,
     /// Disk budget of the persistent prompt cache in MiB; 0 turns it off.
     pub prompt_cache_mb: u64,
+    /// The answer may not start with `[` (a bare "[S1]" instead of an answer).
+    pub text_first: bool,
 }
 
 impl Default for Settings {
@@ -277,6 +279,7 @@ impl Default for LlmSettings {
             dry_allowed_length: 2,
             add_citations: true,
             prompt_cache_mb: 512,
+            text_first: true,
         }
     }
 }
@@ -303,10 +306,16 @@ pub type Env = BTreeMap<String, String>;
 /// and stress tests use.
 const OTHER_VARS: &[&str] = &[
     "RAG_CONFIG",
+    "RAG_LOG",
     "RAG_TEST_CRASH_AT",
     "RAG_FUZZ_CASES",
     "RAG_STRESS_EDITS",
 ];
+
+/// `RAG_LOG`: the log filter, when set (see `ui::init_logs`).
+pub fn log_filter() -> Option<String> {
+    std::env::var("RAG_LOG").ok().filter(|f| !f.is_empty())
+}
 
 /// Where a setting's value came from, for `rag config`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -740,6 +749,7 @@ impl Settings {
             dry_base: self.llm.dry_base,
             dry_allowed_length: self.llm.dry_allowed_length,
             ignore_eog: false,
+            text_first: self.llm.text_first,
         }
     }
 

@@ -118,6 +118,22 @@ pub fn is_disk_full(err: &anyhow::Error) -> bool {
     })
 }
 
+/// `rag --version`: this build, the llama.cpp it was built with, and the ONNX Runtime
+/// library the settings point at, loaded to ask it its version.
+pub fn version_text() -> String {
+    let ort = config::resolve(None, vec![])
+        .and_then(|s| {
+            let v = embed::ort_version(&s.embed.ort_lib)?;
+            Ok(format!("{v} ({})", s.embed.ort_lib.display()))
+        })
+        .unwrap_or_else(|e| format!("not loaded: {e:#}"));
+    format!(
+        "{}\nllama.cpp: {}\nONNX Runtime: {ort}",
+        env!("CARGO_PKG_VERSION"),
+        llm::LLAMA_CPP_BUILD
+    )
+}
+
 /// A closed stdout (`rag ask … | head -1`) is not a failure.
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|e| {
@@ -227,6 +243,8 @@ pub fn run(cli: Cli) -> Result<Exit> {
         _ => {}
     }
     let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
+    ui::init_logs(cli.global.verbose, config::log_filter().as_deref())?;
+    let verbose = cli.global.verbose > 0;
     if cli.global.show_settings {
         ui.out(&settings.to_toml())?;
         return Ok(Exit::Success);
@@ -255,13 +273,13 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Ingest(a) => ingest_command(&settings, a, &ui, &rt),
         Command::Search(a) => ask::search(
             &settings,
-            &query(&settings, &a.query, &a.retrieval),
+            &query(&settings, &a.query, &a.retrieval, verbose),
             a.json,
             &ui,
             &rt,
         ),
-        Command::Ask(a) => ask_command(&settings, a, &ui, &rt),
-        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a), &ui, &rt),
+        Command::Ask(a) => ask_command(&settings, a, verbose, &ui, &rt),
+        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a, verbose), &ui, &rt),
         Command::Doctor(a) => doctor::run(&settings, a.json, &ui, &rt),
         Command::Status(a) => {
             status::print(&ui, &status::collect(&settings, &rt)?, a.json)?;
@@ -273,10 +291,14 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Chat(a) => {
-            let o = chat::ChatOptions {
-                verbose: a.retrieval.verbose,
-            };
-            chat::run(&settings, &query(&settings, "", &a.retrieval), &o, &ui, &rt)
+            let o = chat::ChatOptions { verbose };
+            chat::run(
+                &settings,
+                &query(&settings, "", &a.retrieval, verbose),
+                &o,
+                &ui,
+                &rt,
+            )
         }
     }
 }
@@ -300,6 +322,17 @@ fn ingest_command(
         change_root: a.change_root,
         gone,
     };
+    if a.watch {
+        let mut print = |r: &ingest::Report| -> Result<()> {
+            if a.json {
+                ui.json(r)
+            } else {
+                print_ingest(ui, r)
+            }
+        };
+        ingest::watch::run(settings, &paths, &opts, ui, rt, &mut print)?;
+        return Ok(Exit::Success);
+    }
     let report = ingest::run(settings, &paths, &opts, ui, rt)?;
     if a.json {
         ui.json(&report)?;
@@ -322,11 +355,12 @@ fn ingest_command(
 fn ask_command(
     settings: &config::Settings,
     a: &cli::AskArgs,
+    verbose: bool,
     ui: &ui::Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
     if let Some(file) = &a.batch {
-        let q = query(settings, "", &a.retrieval);
+        let q = query(settings, "", &a.retrieval, verbose);
         return ask::ask_batch(settings, file, &q, !a.no_cache, ui, rt);
     }
     let o = ask::AskOptions {
@@ -337,11 +371,20 @@ fn ask_command(
         stats: a.stats,
         cache: !a.no_cache,
     };
-    let q = query(settings, a.question.as_deref().unwrap_or(""), &a.retrieval);
+    let q = query(
+        settings,
+        a.question.as_deref().unwrap_or(""),
+        &a.retrieval,
+        verbose,
+    );
     ask::ask(settings, &q, &o, ui, rt)
 }
 
-fn eval_options(settings: &config::Settings, a: &cli::EvalArgs) -> eval::EvalOptions {
+fn eval_options(
+    settings: &config::Settings,
+    a: &cli::EvalArgs,
+    verbose: bool,
+) -> eval::EvalOptions {
     let configured = Mode::parse(&settings.retrieval.mode).unwrap_or(Mode::Hybrid);
     let modes = if a.modes.is_empty() {
         let mut all = vec![configured];
@@ -375,18 +418,23 @@ fn eval_options(settings: &config::Settings, a: &cli::EvalArgs) -> eval::EvalOpt
         baseline: a.baseline.clone(),
         max_regression: a.max_regression,
         min: a.min.clone(),
-        verbose: a.retrieval.verbose,
-        query: query(settings, "", &a.retrieval),
+        verbose,
+        query: query(settings, "", &a.retrieval, verbose),
     }
 }
 
-fn query(settings: &config::Settings, text: &str, r: &cli::RetrievalArgs) -> ask::Query {
+fn query(
+    settings: &config::Settings,
+    text: &str,
+    r: &cli::RetrievalArgs,
+    verbose: bool,
+) -> ask::Query {
     ask::Query {
         text: text.to_string(),
         mode: Mode::parse(&settings.retrieval.mode),
         top_k: settings.retrieval.top_k,
         filter: retrieve::filter(r.path_glob.as_deref(), r.where_sql.as_deref()),
-        verbose: r.verbose,
+        verbose,
     }
 }
 

@@ -75,6 +75,9 @@ pub struct Sampling {
     pub dry_allowed_length: i32,
     /// Keep generating past end-of-text (benchmarks only).
     pub ignore_eog: bool,
+    /// The answer may not start with `[`: small models asked to cite often answer with a
+    /// bare "[S1]" and stop; the best token that starts text is taken instead.
+    pub text_first: bool,
 }
 
 impl Sampling {
@@ -91,6 +94,7 @@ impl Sampling {
             dry_base: 1.75,
             dry_allowed_length: 2,
             ignore_eog: false,
+            text_first: false,
         }
     }
 }
@@ -135,6 +139,13 @@ fn check_gguf(path: &Path) -> Result<()> {
 impl Llm {
     /// Loads a GGUF model (memory-mapped). `vocab_only` loads just the tokenizer, for dry runs.
     pub fn load(path: &Path, vocab_only: bool) -> Result<Llm> {
+        let started = Instant::now();
+        let llm = Self::load_inner(path, vocab_only)?;
+        tracing::info!(model = %path.display(), vocab_only, ms = started.elapsed().as_millis() as u64, "generator loaded");
+        Ok(llm)
+    }
+
+    fn load_inner(path: &Path, vocab_only: bool) -> Result<Llm> {
         check_gguf(path)?;
         let backend = backend()?;
         let params = LlamaModelParams::default()
@@ -466,6 +477,11 @@ impl Session<'_> {
             } else {
                 sampler.sample(&self.ctx, self.last_logits)
             };
+            let token = if s.text_first && generated.is_empty() && opens_bracket(&vocab, token) {
+                first_text_token(self.ctx.get_logits_ith(self.last_logits), &vocab)
+            } else {
+                token
+            };
             if vocab.is_eog(token) && !s.ignore_eog {
                 out.stop = StopReason::EndOfText;
                 break;
@@ -504,6 +520,27 @@ impl Session<'_> {
         out.ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(out)
     }
+}
+
+/// Whether `token`'s text, leading spaces aside, starts with `[`.
+fn opens_bracket(vocab: &llama_cpp_2::vocab::LlamaVocab<'_>, token: LlamaToken) -> bool {
+    let mut bytes = Vec::new();
+    vocab.token_to_piece_into(token, &mut bytes, false, None);
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
+}
+
+/// The highest-logit token that does not open a bracket (greedy over what is left; the
+/// rejected ones are the few bracket tokens near the top).
+fn first_text_token(logits: &[f32], vocab: &llama_cpp_2::vocab::LlamaVocab<'_>) -> LlamaToken {
+    let mut logits = logits.to_vec();
+    for _ in 0..64 {
+        let t = argmax(&logits);
+        if !opens_bracket(vocab, t) {
+            return t;
+        }
+        logits[t.0 as usize] = f32::NEG_INFINITY;
+    }
+    argmax(&logits)
 }
 
 /// The token with the highest logit; the first one on ties, as llama.cpp's greedy sampler.
@@ -564,6 +601,28 @@ impl Utf8Stream {
 #[cfg(test)]
 mod tests {
     use super::Utf8Stream;
+
+    #[test]
+    fn an_answer_cannot_open_with_a_bracket() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+        );
+        let llm = super::Llm::load(std::path::Path::new(path), true).unwrap();
+        let vocab = llm.model.vocab();
+        let bracket = llm.tokenize("[S1]", false)[0];
+        let bracket_space = llm.tokenize(" [", false)[0];
+        let word = llm.tokenize("The", false)[0];
+        assert!(super::opens_bracket(&vocab, bracket));
+        assert!(super::opens_bracket(&vocab, bracket_space));
+        assert!(!super::opens_bracket(&vocab, word));
+        // The bracket tokens lead; the best token that starts text wins.
+        let mut logits = vec![0.0f32; llm.n_vocab() as usize];
+        logits[bracket.0 as usize] = 9.0;
+        logits[bracket_space.0 as usize] = 8.0;
+        logits[word.0 as usize] = 7.0;
+        assert_eq!(super::first_text_token(&logits, &vocab), word);
+    }
 
     #[test]
     fn repetition_is_found_at_its_shortest_period() {

@@ -101,6 +101,14 @@ impl PromptCache {
                 });
             }
         }
+        match &best {
+            Some(b) => tracing::info!(
+                common = b.common,
+                of = tokens.len(),
+                "prompt cache: reusing a cached prefix"
+            ),
+            None => tracing::info!(tokens = tokens.len(), "prompt cache: no cached prefix"),
+        }
         if let Some(b) = &best {
             // Mark as recently used for eviction.
             let _ = std::fs::File::options()

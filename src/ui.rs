@@ -53,7 +53,7 @@ impl Ui {
 
     /// Problems worth knowing about that did not stop the command; shown even with `-q`.
     pub fn warn(&self, text: &str) {
-        err_line(&format!("warning: {text}"));
+        err_tagged("warning:", "33", text);
     }
 
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
@@ -92,8 +92,103 @@ impl Ui {
 /// A line on stderr. A closed or broken stderr (`2>&-`, a log reader that went away) must
 /// not panic the way `eprintln!` does: the line is lost, the command goes on.
 fn err_line(text: &str) {
+    err_tagged("", "", text);
+}
+
+/// A line on stderr starting with `tag`, coloured with the SGR code `sgr` when colour is
+/// on. The tag is ours; the rest is neutralised by [`printable`] as any other text.
+fn err_tagged(tag: &str, sgr: &str, text: &str) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{}", printable(text));
+    let _ = if tag.is_empty() {
+        writeln!(err, "{}", printable(text))
+    } else if color() {
+        writeln!(err, "\x1b[{sgr}m{tag}\x1b[0m {}", printable(text))
+    } else {
+        writeln!(err, "{tag} {}", printable(text))
+    };
+}
+
+/// `--color`: auto colours stderr when it is a terminal and `NO_COLOR` is unset
+/// (<https://no-color.org>).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+static COLOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn color() -> bool {
+    COLOR.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl ColorWhen {
+    /// `--color` from the raw arguments (before clap parses them, so its own help and errors
+    /// follow it too), else auto.
+    pub fn from_args(args: &[String]) -> ColorWhen {
+        let mut it = args.iter().take_while(|a| *a != "--");
+        let mut when = None;
+        while let Some(a) = it.next() {
+            let value = match a.strip_prefix("--color") {
+                Some("") => it.next().map(String::as_str),
+                Some(v) => v.strip_prefix('='),
+                None => continue,
+            };
+            when = match value {
+                Some("always") => Some(ColorWhen::Always),
+                Some("never") => Some(ColorWhen::Never),
+                _ => Some(ColorWhen::Auto),
+            };
+        }
+        when.unwrap_or(ColorWhen::Auto)
+    }
+
+    /// Whether stderr gets colour, and remembers it for the error and warning lines.
+    pub fn apply(self) -> bool {
+        let on = match self {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::io::stderr().is_terminal()
+            }
+        };
+        COLOR.store(on, std::sync::atomic::Ordering::Relaxed);
+        on
+    }
+}
+
+/// Logs (tracing) on stderr: off by default; `-v` shows rag's own steps, `-vv` adds the
+/// engines' (llama.cpp, LanceDB), `-vvv` everything. `RAG_LOG` overrides with a filter such
+/// as `debug` or `rag=debug,lance=info`.
+pub fn init_logs(verbose: u8, filter: Option<&str>) -> anyhow::Result<()> {
+    use tracing_subscriber::filter::Targets;
+    let filter: Targets = match filter {
+        Some(f) => f.parse().map_err(|e| {
+            crate::ExitError::usage(format!(
+                "RAG_LOG={f:?} is not a log filter ({e}); use a level (error, warn, info, debug, trace) or targets such as rag=debug,lance=info"
+            ))
+        })?,
+        None => match verbose {
+            0 => return Ok(()),
+            1 => "rag=info".parse()?,
+            2 => "rag=debug,llama_cpp_2=info,lance=info,lancedb=info".parse()?,
+            _ => "trace".parse()?,
+        },
+    };
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(color())
+        .with_target(true);
+    // A second init (tests call run twice in one process) keeps the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
+        .try_init();
+    Ok(())
 }
 
 /// `text` without terminal control characters: documents are written by others, and an
@@ -135,7 +230,7 @@ mod tests {
 
 /// The last word of a failed command: the whole error chain on one line.
 pub fn error(err: &anyhow::Error) {
-    err_line(&format!("rag: error: {err:#}"));
+    err_tagged("rag: error:", "1;31", &format!("{err:#}"));
     if crate::is_disk_full(err) {
         err_line(
             "rag: the disk is full (or a file size or quota limit was reached): free space on the \

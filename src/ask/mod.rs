@@ -232,6 +232,7 @@ impl Retriever {
             ranked.truncate(q.top_k);
         }
         let ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(?mode, hits = ranked.len(), ms, "retrieved");
         if q.verbose {
             explain(ui, &ranked, mode, q.filter.as_deref());
         }

@@ -96,6 +96,42 @@ fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     Ok(ENV.get_or_init(|| env).clone())
 }
 
+/// The version of the ONNX Runtime library at `lib` (loading it, as an embedder would).
+pub fn ort_version(lib: &Path) -> Result<String> {
+    ort_environment(lib)?;
+    // ort exposes the build string only; the version is OrtApiBase::GetVersionString of
+    // the library it loaded (a stable part of the ONNX Runtime C ABI).
+    #[repr(C)]
+    struct ApiBase {
+        get_api: unsafe extern "C" fn(u32) -> *const std::ffi::c_void,
+        get_version_string: unsafe extern "C" fn() -> *const std::ffi::c_char,
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::absolute(lib).unwrap_or_else(|_| lib.to_path_buf());
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: the library is already loaded (RTLD_NOLOAD returns it without running any
+    // constructor again); OrtGetApiBase returns a static table whose second entry returns a
+    // static NUL-terminated string.
+    unsafe {
+        let handle = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if handle.is_null() {
+            return Ok(ort::info().to_string());
+        }
+        let sym = libc::dlsym(handle, c"OrtGetApiBase".as_ptr());
+        let version = if sym.is_null() {
+            ort::info().to_string()
+        } else {
+            let get_base: unsafe extern "C" fn() -> *const ApiBase = std::mem::transmute(sym);
+            let base = get_base();
+            std::ffi::CStr::from_ptr(((*base).get_version_string)())
+                .to_string_lossy()
+                .into_owned()
+        };
+        libc::dlclose(handle);
+        Ok(version)
+    }
+}
+
 fn read(path: &Path, what: &str, keys: &str) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| {
         ExitError::model(format!(
@@ -118,6 +154,13 @@ fn tokenizer_files(dir: &Path, keys: &str) -> Result<TokenizerFiles> {
 
 impl Embedder {
     pub fn load(s: &EmbedSettings) -> Result<Embedder> {
+        let started = std::time::Instant::now();
+        let e = Self::load_inner(s)?;
+        tracing::info!(model = %s.model.display(), dim = e.info.dim, ms = started.elapsed().as_millis() as u64, "embedder loaded");
+        Ok(e)
+    }
+
+    fn load_inner(s: &EmbedSettings) -> Result<Embedder> {
         // Tokenizing runs on the calling thread: no rayon pool competing with ONNX Runtime.
         tokenizers::utils::parallelism::set_parallelism(false);
         let keys = "embed.model / embed.tokenizer_dir";

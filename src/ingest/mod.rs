@@ -9,6 +9,7 @@ pub mod isolate;
 pub mod parse;
 pub mod rebuild;
 pub mod walk;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -234,6 +235,14 @@ pub fn run(
     report.files_changed = plan.changed.len();
     report.files_unchanged = plan.unchanged;
     report.files_removed = plan.removed.len();
+    tracing::info!(
+        seen = report.files_seen,
+        add = plan.added.len(),
+        change = plan.changed.len(),
+        remove = plan.removed.len(),
+        unchanged = plan.unchanged,
+        "ingest plan"
+    );
     if opts.dry_run {
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         report.dry_run = Some(plan);

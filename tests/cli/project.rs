@@ -189,3 +189,104 @@ fn completions_and_man_pages_come_from_the_real_flags() {
     let page = std::fs::read_to_string(dir.join("rag-ingest.1")).unwrap();
     assert!(page.contains("files\\-from"), "{page}");
 }
+
+#[test]
+fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
+    use std::io::BufRead;
+    use std::time::Duration;
+    let p = Project::with_docs();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
+        .current_dir(p.path())
+        .env_clear()
+        .args(["ingest", "--watch", "--json", "docs"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let _ = tx.send(v);
+        }
+    });
+    let next = || {
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("a batch report")
+    };
+    assert_eq!(
+        next()["files_added"],
+        7,
+        "the first batch indexes everything"
+    );
+    // Let the watches settle, then edit: a new file in a new folder, and a deletion.
+    std::thread::sleep(Duration::from_millis(300));
+    p.doc(
+        "new/otters.md",
+        "# Otters\n\nSea otters hold hands while they sleep.\n",
+    );
+    let v = next();
+    assert_eq!(v["files_added"], 1, "{v}");
+    std::fs::remove_file(p.path().join("docs/checksum.rs")).unwrap();
+    std::fs::write(p.path().join("docs/.draft.md.swp"), "editor noise").unwrap();
+    let v = next();
+    assert_eq!(
+        (v["files_removed"].as_u64(), v["files_added"].as_u64()),
+        (Some(1), Some(0)),
+        "{v}"
+    );
+    // The index answers with the new file.
+    let s = p.json(&[
+        "search",
+        "--json",
+        "-k",
+        "1",
+        "otters sleeping holding hands",
+    ]);
+    assert_eq!(crate::support::hit_paths(&s)[0], "docs/new/otters.md");
+    // Ctrl-C: a clean stop with exit 0.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "--watch did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn verbose_logs_color_and_version() {
+    let p = Project::with_docs();
+    let (code, _, err) = p.run(&["-v", "ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("ingest plan") && err.contains("embedder loaded"),
+        "{err}"
+    );
+    let (code, _, err) = p.run(&["ingest", "docs"]);
+    assert_eq!(code, 0);
+    assert!(!err.contains("ingest plan"), "no logs without -v: {err}");
+    let (code, _, err) = p.run_env(&[("RAG_LOG", "rag=info")], &["search", "x"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("retrieved"), "{err}");
+    let (code, _, err) = p.run_env(&[("RAG_LOG", "rag=loud")], &["search", "x"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("RAG_LOG"), "{err}");
+    // Colour only when asked (stderr is a pipe here); NO_COLOR wins over auto.
+    let (_, _, err) = p.run(&["--color", "always", "status", "--index", "nowhere"]);
+    assert!(err.contains("\x1b[1;31mrag: error:\x1b[0m"), "{err:?}");
+    let (_, _, err) = p.run(&["status", "--index", "nowhere"]);
+    assert!(err.starts_with("rag: error:"), "{err:?}");
+    let (code, out, _) = p.run(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
+    assert!(out.contains("llama.cpp: llama-cpp-sys-2"), "{out}");
+    assert!(out.contains("ONNX Runtime: 1."), "{out}");
+}
