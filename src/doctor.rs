@@ -193,8 +193,11 @@ fn index(
             "failed files",
             Status::Warn,
             format!(
-                "{} files could not be indexed ({}); fix them, or `rag ingest --retry-failed DIR`",
-                failed.files.len(),
+                "{} could not be indexed ({}); fix them, or `rag ingest --retry-failed DIR`",
+                match failed.files.len() {
+                    1 => "1 file".to_string(),
+                    n => format!("{n} files"),
+                },
                 names.join(", ")
             ),
         ));
