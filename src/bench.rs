@@ -9,9 +9,9 @@ use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
 use crate::config::{threads, Settings};
+use crate::exit::Exit;
 use crate::llm::{ContextParams, Llm, Sampling};
 use crate::ui::Ui;
-use crate::Exit;
 
 #[derive(Debug, Serialize)]
 struct Run {

@@ -13,10 +13,10 @@ use anyhow::{anyhow, Result};
 use crate::ask::{print_evidence, print_sources, stats_line, Answer, Query, ABSTAIN_TEXT};
 use crate::config::Settings;
 use crate::engine::{Answerer, Chat, Event};
+use crate::exit::Exit;
 use crate::llm::StopReason;
 use crate::retrieve::Mode;
 use crate::ui::Ui;
-use crate::Exit;
 
 pub struct ChatOptions {
     pub verbose: bool,

@@ -3,19 +3,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-pub const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0  success
-  1  runtime error (I/O, store, generation); ingest --check: the index is stale
-  2  usage or configuration error
-  3  no index: run `rag ingest DIR` first
-  4  incompatible index: rebuild it with `rag ingest --rebuild DIR`
-  5  model or runtime library missing or invalid
-  6  abstained: the documents do not answer the question
-  7  ingest finished, but some files failed (they are listed)
-  8  eval: a metric fell below --min or regressed past --max-regression";
+use crate::retrieve::Mode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,12 +14,11 @@ Exit codes:
     about = "Fast, offline retrieval-augmented generation on a plain CPU",
     long_about = "rag indexes a folder of documents (fastembed + LanceDB) and answers questions \
                   about it with a local llama.cpp model, citing its sources. Nothing touches the network.",
-    after_help = EXIT_CODES_HELP,
-    after_long_help = concat!(
-        "Examples:\n",
-        "  rag ingest corpus\n",
-        "  rag ask \"What does the KV cache store?\"\n",
-        "  rag search --json -k 3 \"prefill vs decode\"\n\n",
+    after_help = crate::exit::help(),
+    after_long_help = format!(
+        "Examples:\n  rag init\n  rag ingest .\n  rag ask \"What does the KV cache store?\"\n  \
+         rag search --json -k 3 \"prefill vs decode\"\n  rag ingest --check docs\n\n{}",
+        crate::exit::help()
     )
 )]
 pub struct Cli {
@@ -233,13 +222,6 @@ pub struct EvalArgs {
     pub retrieval: RetrievalArgs,
     #[command(flatten)]
     pub gen: GenArgs,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    Hybrid,
-    Vector,
-    Text,
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,38 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use toml::{Table, Value};
 
-use crate::ExitError;
+use crate::exit::ExitError;
+pub use crate::retrieve::Mode;
+
+/// How the embedder's token vectors become one: `embed.pooling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// MiniLM, e5, gte
+    Mean,
+    /// bge
+    Cls,
+}
+
+impl Pooling {
+    /// As recorded in the index.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+        }
+    }
+}
+
+/// Which generator answers: `llm.route`, `--model small|large|auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    Small,
+    Large,
+    /// The large model when retrieval is weak (see README: routing).
+    Auto,
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -63,7 +94,7 @@ pub struct EmbedSettings {
     /// Threads for ONNX Runtime; 0 = physical cores.
     pub threads: usize,
     /// How the model's token vectors become one: mean (MiniLM, e5, gte) or cls (bge).
-    pub pooling: String,
+    pub pooling: Pooling,
     /// Put before every question as the model was trained (e5: "query: "; bge v1.5:
     /// "Represent this sentence for searching relevant passages: ").
     pub query_prefix: String,
@@ -116,7 +147,7 @@ pub struct RetrievalSettings {
     /// Chunks handed to the prompt.
     pub top_k: usize,
     /// hybrid | vector | text
-    pub mode: String,
+    pub mode: Mode,
     /// Reciprocal rank fusion constant: score = w / (rrf_k + rank).
     pub rrf_k: f32,
     pub vector_weight: f32,
@@ -144,7 +175,7 @@ pub struct LlmSettings {
     /// An optional stronger GGUF generator for `--model large` and `auto` routing.
     pub large_model: PathBuf,
     /// Which generator answers: small | large | auto (see README: routing).
-    pub route: String,
+    pub route: Route,
     /// Context window in tokens: prompt + answer. 0 = the model's training context.
     pub n_ctx: u32,
     /// Prompt tokens per llama.cpp decode call; prefill slices and cache reuse are aligned
@@ -211,7 +242,7 @@ impl Default for EmbedSettings {
             max_length: 256,
             batch_size: 16,
             threads: 0,
-            pooling: "mean".into(),
+            pooling: Pooling::Mean,
             query_prefix: String::new(),
             passage_prefix: String::new(),
         }
@@ -235,7 +266,7 @@ impl Default for RetrievalSettings {
     fn default() -> Self {
         RetrievalSettings {
             top_k: 5,
-            mode: "hybrid".into(),
+            mode: Mode::Hybrid,
             rrf_k: 60.0,
             vector_weight: 1.0,
             text_weight: 0.7,
@@ -263,7 +294,7 @@ impl Default for LlmSettings {
         LlmSettings {
             model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             large_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
-            route: "small".into(),
+            route: Route::Small,
             n_ctx: 2048,
             n_batch: 128,
             threads: 0,
@@ -414,7 +445,7 @@ fn resolve_with(
         // Validate types against the schema before merging, so an error names the file.
         Value::Table(layer.clone())
             .try_into::<Settings>()
-            .map_err(|e| ExitError::usage(format!("{}: {e}", path.display())))?;
+            .map_err(|e| ExitError::usage(format!("{}: {}", path.display(), one_line(&e))))?;
         resolve_paths(&mut layer, path.parent().unwrap_or(cwd));
         for k in leaves(&layer) {
             sources.insert(k, Source::File(path.clone()));
@@ -446,12 +477,20 @@ fn resolve_with(
 
     let mut settings = Value::Table(table)
         .try_into::<Settings>()
-        .map_err(|e| ExitError::usage(format!("settings: {e}")))?;
+        .map_err(|e| ExitError::usage(format!("settings: {}", one_line(&e))))?;
     settings.root = base;
     settings.file = file;
     settings.sources = sources;
     settings.validate()?;
     Ok(settings)
+}
+
+/// A deserialisation error on one line ("unknown variant `x` … in `retrieval.mode`").
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    e.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Every `section.key` of a layer.
@@ -608,27 +647,6 @@ impl Settings {
             return bad(format!(
                 "{key} is not a finite number; give a value like the default ({})",
                 key_default(&key)
-            ));
-        }
-        if !["hybrid", "vector", "text"].contains(&self.retrieval.mode.as_str()) {
-            return bad(format!(
-                "retrieval.mode = {:?}: use hybrid, vector or text",
-                self.retrieval.mode
-            ));
-        }
-        if !["small", "large", "auto"].contains(&self.llm.route.as_str()) {
-            return bad(format!(
-                "llm.route = {:?}: use small, large or auto",
-                self.llm.route
-            ));
-        }
-        if self.retrieval.top_k == 0 {
-            return bad("retrieval.top_k must be at least 1".into());
-        }
-        if !["mean", "cls"].contains(&self.embed.pooling.as_str()) {
-            return bad(format!(
-                "embed.pooling = {:?}: use mean or cls",
-                self.embed.pooling
             ));
         }
         if self.rerank.candidates == 0 || self.rerank.batch_size == 0 || self.rerank.max_length < 16
@@ -852,14 +870,14 @@ mod tests {
         ] {
             let e = run(None, &[(var, value)], vec![]).unwrap_err();
             assert!(format!("{e:#}").contains(key), "{var}={value}: {e:#}");
-            assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+            assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
         }
         let e = run(None, &[("RAG_EMBED_POOLING", "max")], vec![]).unwrap_err();
         assert!(format!("{e:#}").contains("embed.pooling"), "{e:#}");
         let s = run(None, &[], vec![]).unwrap();
         assert_eq!(s.rerank.model, PathBuf::new(), "an unset path stays empty");
         let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], vec![]).unwrap_err();
-        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
     }
 
     #[test]
@@ -921,7 +939,7 @@ mod tests {
             ),
             "{msg}"
         );
-        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
         for ok in OTHER_VARS {
             assert!(
                 run(None, &[(ok, "1")], vec![]).is_ok() || *ok == "RAG_CONFIG",

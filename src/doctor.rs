@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::embed::{Embedder, Reranker};
+use crate::exit::Exit;
 use crate::store::Store;
 use crate::ui::Ui;
-use crate::Exit;
 
 /// Checksums of the files `scripts/setup.sh` fetches, by file name under models/.
 const KNOWN: &str = include_str!("../scripts/models.sha256");

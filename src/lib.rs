@@ -25,6 +25,7 @@ pub mod doctor;
 pub mod embed;
 pub mod engine;
 pub mod eval;
+pub mod exit;
 pub mod hashcache;
 pub mod ingest;
 pub mod llm;
@@ -39,84 +40,13 @@ pub mod ui;
 #[cfg(test)]
 mod fuzz;
 
-use std::fmt;
-
 use anyhow::Result;
 use toml::Value;
 
+pub use exit::{exit_code_of, is_broken_pipe, is_disk_full, Exit, ExitError};
+
 use cli::{Cli, Command};
 use retrieve::Mode;
-
-/// Exit codes: stable, documented in README and `--help`, because scripts branch on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Exit {
-    Success = 0,
-    Failure = 1,
-    Usage = 2,
-    NoIndex = 3,
-    IncompatibleIndex = 4,
-    Model = 5,
-    Abstained = 6,
-    PartialIngest = 7,
-    QualityGate = 8,
-}
-
-/// An error that decides the exit code. Everything else exits with [`Exit::Failure`].
-#[derive(Debug)]
-pub struct ExitError {
-    pub exit: Exit,
-    pub message: String,
-}
-
-impl fmt::Display for ExitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ExitError {}
-
-impl ExitError {
-    fn new(exit: Exit, message: String) -> anyhow::Error {
-        anyhow::Error::new(ExitError { exit, message })
-    }
-    pub fn usage(message: String) -> anyhow::Error {
-        ExitError::new(Exit::Usage, message)
-    }
-    pub fn no_index(message: String) -> anyhow::Error {
-        ExitError::new(Exit::NoIndex, message)
-    }
-    pub fn incompatible(message: String) -> anyhow::Error {
-        ExitError::new(Exit::IncompatibleIndex, message)
-    }
-    pub fn model(message: String) -> anyhow::Error {
-        ExitError::new(Exit::Model, message)
-    }
-}
-
-/// The exit code an error maps to: the first [`ExitError`] in its chain decides.
-pub fn exit_code_of(err: &anyhow::Error) -> Exit {
-    err.chain()
-        .find_map(|e| e.downcast_ref::<ExitError>())
-        .map_or(Exit::Failure, |e| e.exit)
-}
-
-/// Out of space: ENOSPC, EFBIG (a file size limit) or EDQUOT, as an I/O error in the chain
-/// or inside a message (LanceDB passes its I/O errors on as text).
-pub fn is_disk_full(err: &anyhow::Error) -> bool {
-    const CODES: [i32; 3] = [libc::ENOSPC, libc::EFBIG, libc::EDQUOT];
-    err.chain().any(|e| {
-        let io = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.raw_os_error())
-            .is_some_and(|c| CODES.contains(&c));
-        let text = e.to_string();
-        io || CODES
-            .iter()
-            .any(|c| text.contains(&format!("(os error {c})")))
-    })
-}
 
 /// `rag --version`: this build, the llama.cpp it was built with, and the ONNX Runtime
 /// library the settings point at, loaded to ask it its version.
@@ -134,14 +64,6 @@ pub fn version_text() -> String {
     )
 }
 
-/// A closed stdout (`rag ask … | head -1`) is not a failure.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 /// Flags that override settings, as (`section.key`, value).
 fn overrides(cli: &Cli) -> config::Overrides {
     let mut o: config::Overrides = Vec::new();
@@ -154,12 +76,10 @@ fn overrides(cli: &Cli) -> config::Overrides {
             o.push(("retrieval.top_k", Value::Integer(k as i64)));
         }
         if let Some(m) = r.mode {
-            let m = match m {
-                cli::Mode::Hybrid => "hybrid",
-                cli::Mode::Vector => "vector",
-                cli::Mode::Text => "text",
-            };
-            o.push(("retrieval.mode", Value::String(m.into())));
+            o.push((
+                "retrieval.mode",
+                Value::try_from(m).expect("a mode is a string"),
+            ));
         }
     };
     match &cli.command {
@@ -385,7 +305,7 @@ fn eval_options(
     a: &cli::EvalArgs,
     verbose: bool,
 ) -> eval::EvalOptions {
-    let configured = Mode::parse(&settings.retrieval.mode).unwrap_or(Mode::Hybrid);
+    let configured = settings.retrieval.mode;
     let modes = if a.modes.is_empty() {
         let mut all = vec![configured];
         all.extend(
@@ -397,13 +317,8 @@ fn eval_options(
     } else {
         let mut seen = Vec::new();
         for m in &a.modes {
-            let m = match m {
-                cli::Mode::Hybrid => Mode::Hybrid,
-                cli::Mode::Vector => Mode::Vector,
-                cli::Mode::Text => Mode::Text,
-            };
-            if !seen.contains(&m) {
-                seen.push(m);
+            if !seen.contains(m) {
+                seen.push(*m);
             }
         }
         seen
@@ -431,7 +346,7 @@ fn query(
 ) -> ask::Query {
     ask::Query {
         text: text.to_string(),
-        mode: Mode::parse(&settings.retrieval.mode),
+        mode: Some(settings.retrieval.mode),
         top_k: settings.retrieval.top_k,
         filter: retrieve::filter(r.path_glob.as_deref(), r.where_sql.as_deref()),
         verbose,

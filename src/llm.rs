@@ -24,7 +24,7 @@ use llama_cpp_2::token::LlamaToken;
 /// A token id of the loaded generator (so callers need not name llama-cpp-2).
 pub type Token = LlamaToken;
 
-use crate::ExitError;
+use crate::exit::ExitError;
 
 /// llama.cpp allows one backend per process.
 fn backend() -> Result<&'static LlamaBackend> {

@@ -8,8 +8,8 @@ use serde::Serialize;
 use toml::Value;
 
 use crate::config::{Settings, Source};
+use crate::exit::ExitError;
 use crate::ui::Ui;
-use crate::ExitError;
 
 /// The commented template: the repository's own rag.toml, which shows every key with its
 /// default and why (a unit test keeps it complete and true).

@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::store::{Hit, Store};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The retriever: `retrieval.mode`, `--mode`, `rag eval --modes`, a batch line's `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Hybrid,

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use clap::CommandFactory;
 
 use crate::cli::Cli;
+use crate::exit::Exit;
 use crate::ui::Ui;
-use crate::Exit;
 
 /// `rag completions SHELL`: the script on stdout.
 pub fn completions(shell: clap_complete::Shell, ui: &Ui) -> Result<Exit> {

@@ -10,9 +10,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::config::Settings;
+use crate::exit::ExitError;
 use crate::store::Store;
 use crate::ui::Ui;
-use crate::ExitError;
 
 #[derive(Debug, Serialize)]
 pub struct Generator {

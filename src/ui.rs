@@ -166,7 +166,7 @@ pub fn init_logs(verbose: u8, filter: Option<&str>) -> anyhow::Result<()> {
     use tracing_subscriber::filter::Targets;
     let filter: Targets = match filter {
         Some(f) => f.parse().map_err(|e| {
-            crate::ExitError::usage(format!(
+            crate::exit::ExitError::usage(format!(
                 "RAG_LOG={f:?} is not a log filter ({e}); use a level (error, warn, info, debug, trace) or targets such as rag=debug,lance=info"
             ))
         })?,
@@ -231,7 +231,7 @@ mod tests {
 /// The last word of a failed command: the whole error chain on one line.
 pub fn error(err: &anyhow::Error) {
     err_tagged("rag: error:", "1;31", &format!("{err:#}"));
-    if crate::is_disk_full(err) {
+    if crate::exit::is_disk_full(err) {
         err_line(
             "rag: the disk is full (or a file size or quota limit was reached): free space on the \
              disk that holds the index and run the command again; the index keeps its last \

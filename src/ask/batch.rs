@@ -17,9 +17,9 @@ use serde_json::Value;
 
 use crate::ask::Query;
 use crate::engine::Answerer;
+use crate::exit::{exit_code_of, Exit, ExitError};
 use crate::retrieve::{self, Mode};
 use crate::ui::Ui;
-use crate::{exit_code_of, Exit, ExitError};
 
 /// One JSON input line. Unknown keys are an error for that line, so a typo such as `topk`
 /// is not silently ignored.
@@ -29,7 +29,7 @@ struct Line {
     id: Option<Value>,
     question: String,
     top_k: Option<usize>,
-    mode: Option<String>,
+    mode: Option<Mode>,
     path: Option<String>,
 }
 
@@ -71,13 +71,19 @@ fn item(n: usize, line: &str, base: &Query) -> Item {
     let parsed: Line = match serde_json::from_str(line) {
         Ok(l) => l,
         Err(e) => {
+            // The question and id, when the line is JSON with a bad field, so the failure
+            // report says which question it was.
+            let loose: Option<Value> = serde_json::from_str(line).ok();
+            let field = |k: &str| loose.as_ref().and_then(|v| v.get(k)).cloned();
             return Item {
-                id: Value::from(n),
-                question: String::new(),
+                id: field("id").unwrap_or(Value::from(n)),
+                question: field("question")
+                    .and_then(|q| q.as_str().map(String::from))
+                    .unwrap_or_default(),
                 query: Err(format!(
                 "line {n}: {e} (expected {{\"question\", \"id\", \"top_k\", \"mode\", \"path\"}})"
             )),
-            }
+            };
         }
     };
     let id = parsed.id.unwrap_or(Value::from(n));
@@ -89,10 +95,8 @@ fn item(n: usize, line: &str, base: &Query) -> Item {
             }
             q.top_k = k;
         }
-        if let Some(m) = &parsed.mode {
-            q.mode = Some(Mode::parse(m).ok_or_else(|| {
-                format!("line {n}: mode {m:?} is not one of hybrid, vector, text")
-            })?);
+        if let Some(m) = parsed.mode {
+            q.mode = Some(m);
         }
         if let Some(g) = &parsed.path {
             q.filter = retrieve::filter(Some(g), None);
@@ -141,7 +145,7 @@ pub fn run(engine: &mut Answerer, file: &Path, base: &Query, cache: bool, ui: &U
                     }
                     v
                 }
-                Err(e) if crate::is_broken_pipe(&e) => return Err(e),
+                Err(e) if crate::exit::is_broken_pipe(&e) => return Err(e),
                 Err(e) => failure(it, format!("{e:#}"), exit_code_of(&e)),
             },
         };

@@ -19,11 +19,11 @@ use serde::Serialize;
 use crate::config::{threads, Settings};
 use crate::embed::{Embedder, Reranker};
 use crate::engine::{Answerer, Event};
+use crate::exit::Exit;
 use crate::llm::{ContextParams, Llm, StopReason};
 use crate::retrieve::{self, Fusion, Mode, Ranked};
 use crate::store::Store;
 use crate::ui::Ui;
-use crate::Exit;
 
 /// The retrieval query of a question asked after `history` (earlier questions, oldest
 /// first). A follow-up such as "And how do I drop it afterwards?" names nothing to search
@@ -357,7 +357,7 @@ pub fn window(settings: &Settings, llm: &Llm) -> Result<(ContextParams, usize)> 
     };
     let reserve = settings.llm.max_tokens as usize;
     if reserve + 64 >= n_ctx as usize {
-        return Err(crate::ExitError::usage(format!(
+        return Err(crate::exit::ExitError::usage(format!(
             "llm.max_tokens = {reserve} leaves no room for a prompt in llm.n_ctx = {n_ctx}; lower one or raise the other"
         )));
     }

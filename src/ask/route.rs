@@ -5,6 +5,8 @@
 //! Qwen2.5-Coder-0.5B scored 0.138 on answer keywords against 0.185 for SmolLM2-135M alone,
 //! with a first token 2.2 times later.
 
+use crate::config::Route as ChosenRoute;
+
 use serde::Serialize;
 
 /// Below this best cosine similarity the evidence is weak enough to need the larger model.
@@ -17,7 +19,7 @@ pub struct Route {
     pub reason: String,
 }
 
-pub fn route(choice: &str, best_similarity: Option<f32>, large_available: bool) -> Route {
+pub fn route(choice: ChosenRoute, best_similarity: Option<f32>, large_available: bool) -> Route {
     let small = |reason: String| Route {
         model: "small",
         reason,
@@ -27,8 +29,8 @@ pub fn route(choice: &str, best_similarity: Option<f32>, large_available: bool) 
         reason,
     };
     match choice {
-        "large" => large("asked for the large model".into()),
-        "auto" => {
+        ChosenRoute::Large => large("asked for the large model".into()),
+        ChosenRoute::Auto => {
             if !large_available {
                 return small("auto: no large model installed (scripts/setup.sh --large)".into());
             }
@@ -40,7 +42,7 @@ pub fn route(choice: &str, best_similarity: Option<f32>, large_available: bool) 
                 None => small("auto: text-only retrieval gives no similarity".into()),
             }
         }
-        _ => small("the default small model".into()),
+        ChosenRoute::Small => small("the default small model".into()),
     }
 }
 
@@ -50,10 +52,11 @@ mod tests {
 
     #[test]
     fn auto_rule() {
-        assert_eq!(route("auto", Some(0.8), true).model, "small");
-        assert_eq!(route("auto", Some(0.3), true).model, "large");
-        assert_eq!(route("auto", Some(0.3), false).model, "small");
-        assert_eq!(route("large", Some(0.9), false).model, "large");
-        assert_eq!(route("small", Some(0.1), true).model, "small");
+        use ChosenRoute::*;
+        assert_eq!(route(Auto, Some(0.8), true).model, "small");
+        assert_eq!(route(Auto, Some(0.3), true).model, "large");
+        assert_eq!(route(Auto, Some(0.3), false).model, "small");
+        assert_eq!(route(Large, Some(0.9), false).model, "large");
+        assert_eq!(route(Small, Some(0.1), true).model, "small");
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::config::{threads, EmbedSettings};
-use crate::ExitError;
+use crate::exit::ExitError;
 
 /// What identifies the vectors in an index: another model or dimension makes them incomparable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,9 +169,9 @@ impl Embedder {
         let file_hash = blake3::hash(&onnx).to_hex().to_string();
         // fastembed pools user-defined models with CLS unless told; MiniLM is trained for mean,
         // bge for CLS: the setting says which.
-        let pooling = match s.pooling.as_str() {
-            "cls" => Pooling::Cls,
-            _ => Pooling::Mean,
+        let pooling = match s.pooling {
+            crate::config::Pooling::Cls => Pooling::Cls,
+            crate::config::Pooling::Mean => Pooling::Mean,
         };
         let model = UserDefinedEmbeddingModel::new(onnx, files)
             .with_pooling(pooling)
@@ -215,7 +215,7 @@ impl Embedder {
                 name,
                 dim,
                 file_hash,
-                pooling: s.pooling.clone(),
+                pooling: s.pooling.as_str().to_string(),
                 passage_prefix: s.passage_prefix.clone(),
             },
             max_length: s.max_length,

@@ -12,7 +12,7 @@ use fastembed::{
 
 use super::{ort_environment, read, tokenizer_files};
 use crate::config::{threads, EmbedSettings, RerankSettings};
-use crate::ExitError;
+use crate::exit::ExitError;
 
 pub struct Reranker {
     model: TextRerank,

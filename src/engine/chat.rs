@@ -29,7 +29,7 @@ impl<'e, 'rt> Chat<'e, 'rt> {
     /// question, so chat uses the small model unless the large one is asked for.
     pub fn open(engine: &'e mut Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
         let s = &engine.settings.llm;
-        let path = if s.route == "large" {
+        let path = if s.route == crate::config::Route::Large {
             s.large_model.clone()
         } else {
             s.model.clone()
@@ -128,7 +128,11 @@ impl<'e, 'rt> Chat<'e, 'rt> {
         let s = &self.engine.settings.llm;
         Ok(Prepared {
             route: route::Route {
-                model: if s.route == "large" { "large" } else { "small" },
+                model: if s.route == crate::config::Route::Large {
+                    "large"
+                } else {
+                    "small"
+                },
                 reason: "chat keeps one generator for every turn".into(),
             },
             model: self.model,

@@ -114,7 +114,7 @@ impl<'rt> Answerer<'rt> {
     pub fn prepare(&mut self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
-        let route = route::route(&s.route, best, s.large_model.is_file());
+        let route = route::route(s.route, best, s.large_model.is_file());
         tracing::info!(model = route.model, reason = %route.reason, "routed");
         let path = if route.model == "large" {
             s.large_model.clone()

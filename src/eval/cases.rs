@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
 
-use crate::ExitError;
+use crate::exit::ExitError;
 
 /// One question and what a right answer draws on.
 #[derive(Debug, Clone, Deserialize)]

@@ -17,9 +17,9 @@ use serde::Serialize;
 use crate::ask::{Answer, Query};
 use crate::config::Settings;
 use crate::engine::Answerer;
+use crate::exit::{Exit, ExitError};
 use crate::retrieve::{Mode, Ranked};
 use crate::ui::Ui;
-use crate::{Exit, ExitError};
 use cases::Compiled;
 use report::{AnswerSummary, Failure, JunitCase, ModeSummary};
 

@@ -22,9 +22,9 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::embed::Embedder;
+use crate::exit::ExitError;
 use crate::store::{ChunkMeta, FileState, IndexMeta, Row, Store};
 use crate::ui::Ui;
-use crate::ExitError;
 use chunk::{ChunkOptions, HEADING_BUDGET};
 use walk::SourceFile;
 
@@ -735,7 +735,7 @@ mod tests {
             "half is allowed"
         );
         let e = guard_prune(&three, 4, &opts(false)).unwrap_err();
-        assert_eq!(crate::exit_code_of(&e), crate::Exit::Usage);
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
         let msg = format!("{e:#}");
         assert!(
             msg.contains("3 of the 4") && msg.contains("a, b, c") && msg.contains("--prune-all"),

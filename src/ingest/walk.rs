@@ -9,7 +9,7 @@ use std::time::UNIX_EPOCH;
 use anyhow::Result;
 
 use super::parse::Format;
-use crate::ExitError;
+use crate::exit::ExitError;
 
 #[derive(Debug, Clone)]
 pub struct SourceFile {

@@ -30,7 +30,7 @@ use lancedb::{Connection, DistanceType, Table};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::ModelInfo;
-use crate::ExitError;
+use crate::exit::ExitError;
 
 const CHUNKS: &str = "chunks";
 const FILES: &str = "files";
