@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
-use crate::ask::{print_evidence, print_sources, stats_line, Answer, Query, ABSTAIN_TEXT};
+use crate::ask::{Answer, Query, ABSTAIN_TEXT};
 use crate::config::Settings;
 use crate::engine::{Answerer, Chat, Event};
 use crate::exit::Exit;
 use crate::llm::StopReason;
+use crate::printer::{evidence_and_sources, stats_line};
 use crate::retrieve::Mode;
 use crate::ui::Ui;
 
@@ -107,8 +108,6 @@ fn print_turn(answer: &Answer, ui: &Ui) -> Result<()> {
     } else {
         ui.outln("")?;
     }
-    print_evidence(answer, ui)?;
-    print_sources(answer, ui)?;
-    ui.outln("")?;
+    ui.outln(&evidence_and_sources(answer))?;
     Ok(())
 }

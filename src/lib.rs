@@ -29,6 +29,7 @@ pub mod exit;
 pub mod hashcache;
 pub mod ingest;
 pub mod llm;
+pub mod printer;
 pub mod project;
 pub mod promptcache;
 pub mod retrieve;
@@ -243,22 +244,12 @@ fn ingest_command(
         gone,
     };
     if a.watch {
-        let mut print = |r: &ingest::Report| -> Result<()> {
-            if a.json {
-                ui.json(r)
-            } else {
-                print_ingest(ui, r)
-            }
-        };
+        let mut print = |r: &ingest::Report| printer::ingest(r, a.json).emit(ui);
         ingest::watch::run(settings, &paths, &opts, ui, rt, &mut print)?;
         return Ok(Exit::Success);
     }
     let report = ingest::run(settings, &paths, &opts, ui, rt)?;
-    if a.json {
-        ui.json(&report)?;
-    } else {
-        print_ingest(ui, &report)?;
-    }
+    printer::ingest(&report, a.json).emit(ui)?;
     let stale = report
         .dry_run
         .as_ref()
@@ -351,61 +342,4 @@ fn query(
         filter: retrieve::filter(r.path_glob.as_deref(), r.where_sql.as_deref()),
         verbose,
     }
-}
-
-fn print_ingest(ui: &ui::Ui, r: &ingest::Report) -> Result<()> {
-    if let Some(plan) = &r.dry_run {
-        for (what, list) in [
-            ("add", &plan.added),
-            ("change", &plan.changed),
-            ("remove", &plan.removed),
-        ] {
-            for p in list {
-                ui.outln(&format!("{what:7} {p}"))?;
-            }
-        }
-        let todo = plan.added.len() + plan.changed.len() + plan.removed.len();
-        ui.info(&if todo == 0 {
-            format!("up to date: nothing to add, change or remove ({} unchanged)", plan.unchanged)
-        } else {
-            format!(
-                "not up to date: {} to add, {} to change, {} to remove ({} unchanged); nothing written",
-                plan.added.len(),
-                plan.changed.len(),
-                plan.removed.len(),
-                plan.unchanged
-            )
-        });
-        return Ok(());
-    }
-    for f in &r.files_skipped {
-        ui.info(&format!("skipped {}: {}", f.path, f.error));
-    }
-    for f in &r.files_failed {
-        ui.warn(&format!("{}: {}", f.path, f.error));
-    }
-    for f in &r.files_failed_before {
-        ui.warn(&format!(
-            "{}: failed before and unchanged, not parsed again (--retry-failed): {}",
-            f.path, f.error
-        ));
-    }
-    let before = match r.files_failed_before.len() {
-        0 => String::new(),
-        n => format!(" (+{n} failed before)"),
-    };
-    ui.info(&format!(
-        "{} files: {} added, {} changed, {} unchanged, {} removed, {} failed{before}, {} skipped · {} chunks written, {} deleted · {:.1} s",
-        r.files_seen,
-        r.files_added,
-        r.files_changed,
-        r.files_unchanged,
-        r.files_removed,
-        r.files_failed.len(),
-        r.files_skipped.len(),
-        r.chunks_written,
-        r.chunks_deleted,
-        r.elapsed_ms as f64 / 1e3
-    ));
-    Ok(())
 }

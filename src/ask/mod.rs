@@ -14,13 +14,14 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{threads, Settings};
 use crate::embed::{Embedder, Reranker};
 use crate::engine::{Answerer, Event};
 use crate::exit::Exit;
 use crate::llm::{ContextParams, Llm, StopReason};
+use crate::printer::Format;
 use crate::retrieve::{self, Fusion, Mode, Ranked};
 use crate::store::Store;
 use crate::ui::Ui;
@@ -55,7 +56,7 @@ pub struct AskOptions {
     pub cache: bool,
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct SourceOut {
     pub id: String,
     pub path: String,
@@ -65,7 +66,7 @@ pub struct SourceOut {
     pub score: f32,
 }
 
-#[derive(Debug, Serialize, Default, Clone)]
+#[derive(Debug, Serialize, Deserialize, Default, Clone)]
 pub struct Timings {
     pub retrieval_ms: f64,
     pub prompt_tokens: usize,
@@ -79,7 +80,7 @@ pub struct Timings {
     pub total_ms: f64,
 }
 
-#[derive(Debug, Serialize, Clone)]
+#[derive(Debug, Serialize, Deserialize, Clone)]
 pub struct ModelOut {
     pub path: String,
     pub sha256: String,
@@ -89,7 +90,7 @@ pub struct ModelOut {
 }
 
 /// A source line that supports a cited sentence: the manual's own words under the answer.
-#[derive(Debug, Serialize, Clone, PartialEq)]
+#[derive(Debug, Serialize, Deserialize, Clone, PartialEq)]
 pub struct Evidence {
     /// `S2`
     pub id: String,
@@ -101,7 +102,7 @@ pub struct Evidence {
     pub text: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Answer {
     pub question: String,
     pub answer: String,
@@ -275,22 +276,6 @@ fn explain(ui: &Ui, ranked: &[Ranked], mode: Mode, filter: Option<&str>) {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct SearchHit<'a> {
-    rank: usize,
-    path: &'a str,
-    chunk_id: &'a str,
-    heading: &'a str,
-    line_start: u32,
-    line_end: u32,
-    score: f32,
-    vector_score: Option<f32>,
-    text_score: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rerank_score: Option<f32>,
-    text: &'a str,
-}
-
 pub fn search(
     settings: &Settings,
     q: &Query,
@@ -300,10 +285,10 @@ pub fn search(
 ) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
     let (ranked, ms) = retrieve(settings, q, mode, ui, rt)?;
-    let hits: Vec<SearchHit> = ranked
+    let hits: Vec<crate::printer::SearchHit> = ranked
         .iter()
         .enumerate()
-        .map(|(i, r)| SearchHit {
+        .map(|(i, r)| crate::printer::SearchHit {
             rank: i + 1,
             path: &r.hit.path,
             chunk_id: &r.hit.id,
@@ -317,34 +302,8 @@ pub fn search(
             text: &r.hit.text,
         })
         .collect();
-    if json {
-        ui.json(&serde_json::json!({ "query": q.text, "hits": hits }))?;
-    } else {
-        for h in &hits {
-            let heading = if h.heading.is_empty() {
-                String::new()
-            } else {
-                format!("  {}", h.heading)
-            };
-            ui.outln(&format!(
-                "{}. {}:{}-{}{}  (score {:.4})",
-                h.rank, h.path, h.line_start, h.line_end, heading, h.score
-            ))?;
-            ui.outln(&format!("   {}", snippet(h.text, 200)))?;
-        }
-        ui.info(&format!("{} hits in {:.0} ms", hits.len(), ms));
-    }
+    crate::printer::hits(&q.text, &hits, ms, json).emit(ui)?;
     Ok(Exit::Success)
-}
-
-/// The first `max` characters of `text` on one line.
-fn snippet(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    }
 }
 
 /// The context for `llm` (n_ctx 0 = the model's training context) and the tokens reserved
@@ -398,32 +357,24 @@ pub fn ask(
     if o.dry_run {
         return dry_run(&mut engine, q, ui);
     }
-    let live = o.stream && !o.json;
+    let printer = crate::printer::Printer {
+        format: if o.json {
+            Format::Json
+        } else if o.ndjson {
+            Format::Ndjson
+        } else {
+            Format::Text
+        },
+        live: o.stream && !o.json,
+        stats: o.stats,
+    };
     let mut on = |e: Event| -> std::io::Result<()> {
-        match e {
-            Event::Dropped(d) => {
-                ui.info(&format!(
-                    "note: {}:{}-{} did not fit the context budget",
-                    d.path, d.line_start, d.line_end
-                ));
-                Ok(())
-            }
-            Event::Retrieved {
-                sources,
-                retrieval_ms,
-            } if o.ndjson => ui
-                .json(&serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms }))
-                .map_err(std::io::Error::other),
-            Event::Retrieved { .. } => Ok(()),
-            Event::Piece(piece) if o.ndjson => ui
-                .json(&serde_json::json!({ "event": "token", "text": piece }))
-                .map_err(std::io::Error::other),
-            Event::Piece(piece) if live => ui.out(piece),
-            Event::Piece(_) => Ok(()),
-        }
+        printer.event(&e).emit(ui).map_err(std::io::Error::other)
     };
     let result = engine.answer(q, o.cache, ui, &mut on)?;
-    print_answer(settings, &result, o, ui)?;
+    printer
+        .answer(&result, settings.retrieval.min_similarity)
+        .emit(ui)?;
     Ok(if result.abstained {
         Exit::Abstained
     } else {
@@ -448,11 +399,13 @@ pub fn ask_batch(
 fn dry_run(engine: &mut Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
     let (ranked, _) = engine.retrieve(q, ui)?;
     let prep = engine.prepare(&q.text, &ranked)?;
+    let p = crate::printer::Printer {
+        format: Format::Text,
+        live: false,
+        stats: false,
+    };
     for d in &prep.packed.dropped {
-        ui.info(&format!(
-            "note: {}:{}-{} did not fit the context budget",
-            d.path, d.line_start, d.line_end
-        ));
+        p.event(&Event::Dropped(d)).emit(ui)?;
     }
     let (text, n) = engine.render(&prep)?;
     ui.out(&text)?;
@@ -461,110 +414,4 @@ fn dry_run(engine: &mut Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
         prep.packed.sources.len()
     ));
     Ok(Exit::Success)
-}
-
-/// Prints a finished answer (the streamed text has already been shown).
-fn print_answer(settings: &Settings, result: &Answer, o: &AskOptions, ui: &Ui) -> Result<()> {
-    let live = o.stream && !o.json;
-    if o.json {
-        ui.json(result)?;
-    } else if o.ndjson {
-        ui.json(&serde_json::json!({ "event": "done", "answer": result }))?;
-    } else if result.abstained {
-        ui.outln(ABSTAIN_TEXT)?;
-        ui.info(&format!(
-            "abstained: best similarity {:.2} is below retrieval.min_similarity = {}",
-            result.best_similarity.unwrap_or(f32::NAN),
-            settings.retrieval.min_similarity
-        ));
-        return Ok(());
-    } else {
-        if !result.invalid_citations.is_empty() {
-            ui.warn(&format!(
-                "the answer cited {} that no source has; removed from the checked answer",
-                result.invalid_citations.join(", ")
-            ));
-        }
-        if live {
-            ui.outln("")?;
-        } else {
-            ui.outln(&result.answer)?;
-        }
-        print_evidence(result, ui)?;
-        print_sources(result, ui)?;
-    }
-    if result.abstained {
-        return Ok(());
-    }
-    if o.stats {
-        ui.stderr(&stats_line(&result.timings));
-    } else if !o.json && !o.ndjson {
-        ui.info(&stats_line(&result.timings));
-    }
-    Ok(())
-}
-
-/// The source lines behind the cited sentences, shortened to one line each.
-pub(crate) fn print_evidence(result: &Answer, ui: &Ui) -> Result<()> {
-    if result.evidence.is_empty() {
-        return Ok(());
-    }
-    ui.outln("\nEvidence:")?;
-    for e in &result.evidence {
-        let lines = if e.line == e.line_end {
-            e.line.to_string()
-        } else {
-            format!("{}-{}", e.line, e.line_end)
-        };
-        ui.outln(&format!(
-            "  [{}] {}:{lines}  \"{}\"",
-            e.id,
-            e.path,
-            snippet(&e.text, 160)
-        ))?;
-    }
-    Ok(())
-}
-
-pub(crate) fn print_sources(result: &Answer, ui: &Ui) -> Result<()> {
-    ui.outln("\nSources:")?;
-    for s in &result.sources {
-        let heading = if s.heading.is_empty() {
-            String::new()
-        } else {
-            format!(" — {}", s.heading)
-        };
-        let cited: Vec<&cite::Citation> =
-            result.citations.iter().filter(|c| c.id == s.id).collect();
-        let mark = match (cited.is_empty(), cited.iter().all(|c| c.supported)) {
-            (true, _) => "",
-            (false, true) => "  (cited, supported)",
-            (false, false) => "  (cited, not supported by its text)",
-        };
-        ui.outln(&format!(
-            "  [{}] {}:{}-{}{heading}{mark}",
-            s.id, s.path, s.line_start, s.line_end
-        ))?;
-    }
-    Ok(())
-}
-
-/// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
-pub fn stats_line(t: &Timings) -> String {
-    let k = |x: f64| {
-        if x >= 1000.0 {
-            format!("{:.1}k", x / 1000.0)
-        } else {
-            format!("{x:.0}")
-        }
-    };
-    format!(
-        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s",
-        t.prompt_tokens,
-        t.cached_tokens,
-        k(t.prefill_tok_per_s),
-        t.ttft_ms / 1e3,
-        t.generated_tokens,
-        k(t.decode_tok_per_s)
-    )
 }

@@ -7,25 +7,25 @@
 
 use crate::config::Route as ChosenRoute;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Below this best cosine similarity the evidence is weak enough to need the larger model.
 pub const CONFIDENT_SIMILARITY: f32 = 0.55;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Route {
     /// `small` or `large`
-    pub model: &'static str,
+    pub model: String,
     pub reason: String,
 }
 
 pub fn route(choice: ChosenRoute, best_similarity: Option<f32>, large_available: bool) -> Route {
     let small = |reason: String| Route {
-        model: "small",
+        model: "small".into(),
         reason,
     };
     let large = |reason: String| Route {
-        model: "large",
+        model: "large".into(),
         reason,
     };
     match choice {

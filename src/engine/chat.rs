@@ -132,7 +132,8 @@ impl<'e, 'rt> Chat<'e, 'rt> {
                     "large"
                 } else {
                     "small"
-                },
+                }
+                .into(),
                 reason: "chat keeps one generator for every turn".into(),
             },
             model: self.model,

@@ -115,7 +115,7 @@ impl<'rt> Answerer<'rt> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
         let route = route::route(s.route, best, s.large_model.is_file());
-        tracing::info!(model = route.model, reason = %route.reason, "routed");
+        tracing::info!(model = %route.model, reason = %route.reason, "routed");
         let path = if route.model == "large" {
             s.large_model.clone()
         } else {

@@ -1,0 +1,454 @@
+//! The one printer: answers (streamed events and the checked answer), search hits and
+//! ingest reports, as text for people, one JSON object, or NDJSON events. Rendering is pure
+//! (an [`Output`] of stdout text and stderr lines), so it is snapshot-tested from recorded
+//! answers without a model; [`Output::emit`] hands it to the terminal through [`Ui`].
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::ask::{cite, Answer, SourceOut, Timings, ABSTAIN_TEXT};
+use crate::engine::Event;
+use crate::ingest::Report;
+use crate::ui::Ui;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    /// One JSON object when done (`--json`).
+    Json,
+    /// One JSON event per line as it happens (`--ndjson`).
+    Ndjson,
+}
+
+/// What to write: data on stdout, and lines for people on stderr.
+#[derive(Debug, Default, PartialEq)]
+pub struct Output {
+    pub stdout: String,
+    /// Notes and summaries (hidden by `-q`).
+    pub info: Vec<String>,
+    /// Problems worth knowing (shown with `-q`).
+    pub warn: Vec<String>,
+    /// Lines the user asked for (`--stats`), shown with `-q`.
+    pub stderr: Vec<String>,
+}
+
+impl Output {
+    fn out(&mut self, line: &str) {
+        self.stdout.push_str(line);
+        self.stdout.push('\n');
+    }
+
+    fn json<T: Serialize>(&mut self, value: &T) {
+        let line = serde_json::to_string(value).expect("answers serialise");
+        self.out(&line);
+    }
+
+    pub fn emit(&self, ui: &Ui) -> Result<()> {
+        for w in &self.warn {
+            ui.warn(w);
+        }
+        if !self.stdout.is_empty() {
+            ui.out(&self.stdout)?;
+        }
+        for i in &self.info {
+            ui.info(i);
+        }
+        for s in &self.stderr {
+            ui.stderr(s);
+        }
+        Ok(())
+    }
+
+    /// Everything as one string, stderr lines marked, for snapshots.
+    pub fn transcript(&self) -> String {
+        let mut t = self.stdout.clone();
+        for (tag, lines) in [
+            ("warn", &self.warn),
+            ("info", &self.info),
+            ("stderr", &self.stderr),
+        ] {
+            for l in lines {
+                t.push_str(&format!("[{tag}] {l}\n"));
+            }
+        }
+        t
+    }
+}
+
+/// How `ask`, `chat` and batch answers are shown.
+#[derive(Debug, Clone, Copy)]
+pub struct Printer {
+    pub format: Format,
+    /// The answer text was streamed as it came (text format): only a newline ends it.
+    pub live: bool,
+    /// `--stats`: the timing line on stderr even with `-q`.
+    pub stats: bool,
+}
+
+impl Printer {
+    /// One engine event while an answer is produced.
+    pub fn event(&self, e: &Event) -> Output {
+        let mut o = Output::default();
+        match (e, self.format) {
+            (Event::Dropped(d), _) => o.info.push(format!(
+                "note: {}:{}-{} did not fit the context budget",
+                d.path, d.line_start, d.line_end
+            )),
+            (
+                Event::Retrieved {
+                    sources,
+                    retrieval_ms,
+                },
+                Format::Ndjson,
+            ) => o.json(&retrieved_event(sources, *retrieval_ms)),
+            (Event::Piece(p), Format::Ndjson) => {
+                o.json(&serde_json::json!({ "event": "token", "text": p }))
+            }
+            (Event::Piece(p), Format::Text) if self.live => o.stdout.push_str(p),
+            _ => {}
+        }
+        o
+    }
+
+    /// The checked answer, after the stream.
+    pub fn answer(&self, a: &Answer, min_similarity: f32) -> Output {
+        let mut o = Output::default();
+        match self.format {
+            Format::Json => o.json(a),
+            Format::Ndjson => o.json(&serde_json::json!({ "event": "done", "answer": a })),
+            Format::Text if a.abstained => {
+                o.out(ABSTAIN_TEXT);
+                o.info.push(format!(
+                    "abstained: best similarity {:.2} is below retrieval.min_similarity = {min_similarity}",
+                    a.best_similarity.unwrap_or(f32::NAN)
+                ));
+                return o;
+            }
+            Format::Text => {
+                if !a.invalid_citations.is_empty() {
+                    o.warn.push(format!(
+                        "the answer cited {} that no source has; removed from the checked answer",
+                        a.invalid_citations.join(", ")
+                    ));
+                }
+                if self.live {
+                    o.out("");
+                } else {
+                    o.out(&a.answer);
+                }
+                o.stdout.push_str(&evidence_and_sources(a));
+            }
+        }
+        if !a.abstained {
+            let line = stats_line(&a.timings);
+            if self.stats {
+                o.stderr.push(line);
+            } else if self.format == Format::Text {
+                o.info.push(line);
+            }
+        }
+        o
+    }
+}
+
+fn retrieved_event(sources: &[SourceOut], retrieval_ms: f64) -> serde_json::Value {
+    serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms })
+}
+
+/// "Evidence:" (the source line behind each cited sentence) and "Sources:" under an answer.
+pub fn evidence_and_sources(a: &Answer) -> String {
+    let mut t = String::new();
+    if !a.evidence.is_empty() {
+        t.push_str("\nEvidence:\n");
+        for e in &a.evidence {
+            let lines = if e.line == e.line_end {
+                e.line.to_string()
+            } else {
+                format!("{}-{}", e.line, e.line_end)
+            };
+            t.push_str(&format!(
+                "  [{}] {}:{lines}  \"{}\"\n",
+                e.id,
+                e.path,
+                snippet(&e.text, 160)
+            ));
+        }
+    }
+    t.push_str("\nSources:\n");
+    for s in &a.sources {
+        let heading = if s.heading.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", s.heading)
+        };
+        let cited: Vec<&cite::Citation> = a.citations.iter().filter(|c| c.id == s.id).collect();
+        let mark = match (cited.is_empty(), cited.iter().all(|c| c.supported)) {
+            (true, _) => "",
+            (false, true) => "  (cited, supported)",
+            (false, false) => "  (cited, not supported by its text)",
+        };
+        t.push_str(&format!(
+            "  [{}] {}:{}-{}{heading}{mark}\n",
+            s.id, s.path, s.line_start, s.line_end
+        ));
+    }
+    t
+}
+
+/// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
+pub fn stats_line(t: &Timings) -> String {
+    let k = |x: f64| {
+        if x >= 1000.0 {
+            format!("{:.1}k", x / 1000.0)
+        } else {
+            format!("{x:.0}")
+        }
+    };
+    format!(
+        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s",
+        t.prompt_tokens,
+        t.cached_tokens,
+        k(t.prefill_tok_per_s),
+        t.ttft_ms / 1e3,
+        t.generated_tokens,
+        k(t.decode_tok_per_s)
+    )
+}
+
+/// The first `max` characters of `text` on one line.
+pub fn snippet(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
+
+/// One search hit, as `rag search --json` prints it.
+#[derive(Debug, Serialize)]
+pub struct SearchHit<'a> {
+    pub rank: usize,
+    pub path: &'a str,
+    pub chunk_id: &'a str,
+    pub heading: &'a str,
+    pub line_start: u32,
+    pub line_end: u32,
+    pub score: f32,
+    pub vector_score: Option<f32>,
+    pub text_score: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
+    pub text: &'a str,
+}
+
+/// `rag search`: ranked hits with a snippet each, or `{"query", "hits"}`.
+pub fn hits(query: &str, hits: &[SearchHit], ms: f64, json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        o.json(&serde_json::json!({ "query": query, "hits": hits }));
+        return o;
+    }
+    for h in hits {
+        let heading = if h.heading.is_empty() {
+            String::new()
+        } else {
+            format!("  {}", h.heading)
+        };
+        o.out(&format!(
+            "{}. {}:{}-{}{}  (score {:.4})",
+            h.rank, h.path, h.line_start, h.line_end, heading, h.score
+        ));
+        o.out(&format!("   {}", snippet(h.text, 200)));
+    }
+    o.info.push(format!("{} hits in {:.0} ms", hits.len(), ms));
+    o
+}
+
+/// `rag ingest`: the plan of a dry run or `--check`, or what a run did; `--json` the report.
+pub fn ingest(r: &Report, json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        o.json(r);
+        return o;
+    }
+    if let Some(plan) = &r.dry_run {
+        for (what, list) in [
+            ("add", &plan.added),
+            ("change", &plan.changed),
+            ("remove", &plan.removed),
+        ] {
+            for p in list {
+                o.out(&format!("{what:7} {p}"));
+            }
+        }
+        let todo = plan.added.len() + plan.changed.len() + plan.removed.len();
+        o.info.push(if todo == 0 {
+            format!(
+                "up to date: nothing to add, change or remove ({} unchanged)",
+                plan.unchanged
+            )
+        } else {
+            format!(
+                "not up to date: {} to add, {} to change, {} to remove ({} unchanged); nothing written",
+                plan.added.len(),
+                plan.changed.len(),
+                plan.removed.len(),
+                plan.unchanged
+            )
+        });
+        return o;
+    }
+    for f in &r.files_skipped {
+        o.info.push(format!("skipped {}: {}", f.path, f.error));
+    }
+    for f in &r.files_failed {
+        o.warn.push(format!("{}: {}", f.path, f.error));
+    }
+    for f in &r.files_failed_before {
+        o.warn.push(format!(
+            "{}: failed before and unchanged, not parsed again (--retry-failed): {}",
+            f.path, f.error
+        ));
+    }
+    let before = match r.files_failed_before.len() {
+        0 => String::new(),
+        n => format!(" (+{n} failed before)"),
+    };
+    o.info.push(format!(
+        "{} files: {} added, {} changed, {} unchanged, {} removed, {} failed{before}, {} skipped · {} chunks written, {} deleted · {:.1} s",
+        r.files_seen,
+        r.files_added,
+        r.files_changed,
+        r.files_unchanged,
+        r.files_removed,
+        r.files_failed.len(),
+        r.files_skipped.len(),
+        r.chunks_written,
+        r.chunks_deleted,
+        r.elapsed_ms as f64 / 1e3
+    ));
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real `rag ask --json` answer (fixtures/recorded/, made with the small model over
+    /// fixtures/docs), so the snapshots show what users see.
+    fn recorded() -> Answer {
+        serde_json::from_str(include_str!("../fixtures/recorded/answer.json")).unwrap()
+    }
+
+    fn printer(format: Format) -> Printer {
+        Printer {
+            format,
+            live: false,
+            stats: false,
+        }
+    }
+
+    #[test]
+    fn answer_as_text() {
+        let a = recorded();
+        insta::assert_snapshot!(printer(Format::Text).answer(&a, 0.25).transcript());
+    }
+
+    #[test]
+    fn streamed_answer_events() {
+        let a = recorded();
+        let p = Printer {
+            format: Format::Text,
+            live: true,
+            stats: true,
+        };
+        let mut t = String::new();
+        for piece in a.answer.split_inclusive(' ') {
+            t.push_str(&p.event(&Event::Piece(piece)).transcript());
+        }
+        t.push_str(&p.answer(&a, 0.25).transcript());
+        insta::assert_snapshot!(t);
+    }
+
+    #[test]
+    fn answer_as_ndjson_events() {
+        let a = recorded();
+        let p = printer(Format::Ndjson);
+        let mut t = p
+            .event(&Event::Retrieved {
+                sources: &a.sources,
+                retrieval_ms: 12.5,
+            })
+            .transcript();
+        t.push_str(&p.event(&Event::Piece("The relief")).transcript());
+        let done = p.answer(&a, 0.25);
+        let v: serde_json::Value = serde_json::from_str(done.stdout.trim()).unwrap();
+        assert_eq!(v["event"], "done");
+        assert_eq!(v["answer"]["answer"], a.answer.as_str());
+        insta::assert_snapshot!(t);
+    }
+
+    #[test]
+    fn abstention_and_invalid_citations() {
+        let mut a = recorded();
+        a.invalid_citations = vec!["S9".into()];
+        let mut t = printer(Format::Text).answer(&a, 0.25).transcript();
+        a.abstained = true;
+        a.best_similarity = Some(0.12);
+        t.push_str(&printer(Format::Text).answer(&a, 0.25).transcript());
+        insta::assert_snapshot!(t);
+    }
+
+    #[test]
+    fn ingest_reports() {
+        let mut r = Report {
+            files_seen: 9,
+            files_added: 2,
+            files_changed: 1,
+            files_unchanged: 5,
+            chunks_written: 14,
+            elapsed_ms: 2300,
+            ..Report::default()
+        };
+        r.files_failed.push(crate::ingest::FileError {
+            path: "docs/deep.html".into(),
+            error: "the parser ran out of stack".into(),
+        });
+        r.files_skipped.push(crate::ingest::FileError {
+            path: "docs/link.md".into(),
+            error: "a symbolic link".into(),
+        });
+        let mut t = ingest(&r, false).transcript();
+        r.dry_run = Some(crate::ingest::Plan {
+            added: vec!["docs/new.md".into()],
+            changed: vec![],
+            removed: vec!["docs/old.md".into()],
+            unchanged: 7,
+        });
+        t.push_str(&ingest(&r, false).transcript());
+        insta::assert_snapshot!(t);
+    }
+
+    #[test]
+    fn search_hits() {
+        let text = "The relief valve opens at 6 bar.\nCheck it every year.";
+        let h = SearchHit {
+            rank: 1,
+            path: "docs/pump-manual.pdf",
+            chunk_id: "c1",
+            heading: "Maintenance",
+            line_start: 3,
+            line_end: 4,
+            score: 0.0312,
+            vector_score: Some(0.61),
+            text_score: Some(4.2),
+            rerank_score: None,
+            text,
+        };
+        let mut t = hits("relief valve", std::slice::from_ref(&h), 41.0, false).transcript();
+        t.push_str(&hits("relief valve", &[h], 41.0, true).transcript());
+        insta::assert_snapshot!(t);
+    }
+}
