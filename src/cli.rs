@@ -68,6 +68,11 @@ pub enum Command {
         after_help = "Examples:\n  rag chat\n  printf 'What is prefill?\\nAnd decode?\\n' | rag chat -v"
     )]
     Chat(ChatArgs),
+    /// Serve `search` and `ask` as tools to coding agents (Model Context Protocol on stdio)
+    #[command(
+        after_help = "Examples:\n  rag mcp\n  claude mcp add rag -- rag --config /path/to/project/rag.toml mcp\n\nA client starts `rag mcp` and speaks newline-delimited JSON-RPC on its stdin and stdout; logs go to stderr. One process keeps the index and the models loaded for every call."
+    )]
+    Mcp(ChatArgs),
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
     #[command(hide = true)]
     BenchLlm(BenchLlmArgs),

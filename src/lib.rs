@@ -29,6 +29,7 @@ pub mod exit;
 pub mod hashcache;
 pub mod ingest;
 pub mod llm;
+pub mod mcp;
 pub mod printer;
 pub mod project;
 pub mod promptcache;
@@ -110,6 +111,10 @@ fn overrides(cli: &Cli) -> config::Overrides {
         | Command::Chat(cli::ChatArgs {
             retrieval: r,
             gen: a,
+        })
+        | Command::Mcp(cli::ChatArgs {
+            retrieval: r,
+            gen: a,
         }) => {
             retrieval(&mut o, r);
             gen(&mut o, a);
@@ -176,7 +181,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
     }
     if matches!(
         cli.command,
-        Command::Ingest(_) | Command::Ask(_) | Command::Chat(_)
+        Command::Ingest(_) | Command::Ask(_) | Command::Chat(_) | Command::Mcp(_)
     ) {
         // These write the index and the prompt cache, copies of the user's documents: every
         // file they create is 0600 and every folder 0700, whatever LanceDB asks for.
@@ -211,6 +216,12 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
+        Command::Mcp(a) => {
+            let q = query(&settings, "", &a.retrieval, verbose);
+            let mode = q.mode.unwrap_or(settings.retrieval.mode);
+            let mut engine = engine::Answerer::open(&settings, mode, false, &rt)?;
+            mcp::serve(&mut engine, &q, true, &ui)
+        }
         Command::Chat(a) => {
             let o = chat::ChatOptions { verbose };
             chat::run(

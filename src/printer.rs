@@ -243,6 +243,29 @@ pub struct SearchHit<'a> {
     pub text: &'a str,
 }
 
+impl<'a> SearchHit<'a> {
+    /// The hits of a retrieval, ranked from 1.
+    pub fn all(ranked: &'a [crate::retrieve::Ranked]) -> Vec<SearchHit<'a>> {
+        ranked
+            .iter()
+            .enumerate()
+            .map(|(i, r)| SearchHit {
+                rank: i + 1,
+                path: &r.hit.path,
+                chunk_id: &r.hit.id,
+                heading: &r.hit.heading,
+                line_start: r.hit.line_start,
+                line_end: r.hit.line_end,
+                score: r.score,
+                vector_score: r.vector_score,
+                text_score: r.text_score,
+                rerank_score: r.rerank_score,
+                text: &r.hit.text,
+            })
+            .collect()
+    }
+}
+
 /// `rag search`: ranked hits with a snippet each, or `{"query", "hits"}`.
 pub fn hits(query: &str, hits: &[SearchHit], ms: f64, json: bool) -> Output {
     let mut o = Output::default();

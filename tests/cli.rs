@@ -14,6 +14,8 @@ mod eval;
 mod faults;
 #[path = "cli/ingest.rs"]
 mod ingest;
+#[path = "cli/mcp.rs"]
+mod mcp;
 #[path = "cli/project.rs"]
 mod project;
 #[path = "cli/prompt.rs"]

@@ -285,23 +285,7 @@ pub fn search(
 ) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
     let (ranked, ms) = retrieve(settings, q, mode, ui, rt)?;
-    let hits: Vec<crate::printer::SearchHit> = ranked
-        .iter()
-        .enumerate()
-        .map(|(i, r)| crate::printer::SearchHit {
-            rank: i + 1,
-            path: &r.hit.path,
-            chunk_id: &r.hit.id,
-            heading: &r.hit.heading,
-            line_start: r.hit.line_start,
-            line_end: r.hit.line_end,
-            score: r.score,
-            vector_score: r.vector_score,
-            text_score: r.text_score,
-            rerank_score: r.rerank_score,
-            text: &r.hit.text,
-        })
-        .collect();
+    let hits = crate::printer::SearchHit::all(&ranked);
     crate::printer::hits(&q.text, &hits, ms, json).emit(ui)?;
     Ok(Exit::Success)
 }
