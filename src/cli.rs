@@ -109,7 +109,9 @@ pub enum Command {
     #[command(hide = true)]
     Man(ManArgs),
     /// Retrieve the best chunks for a query, without generating
-    #[command(after_help = "Example:\n  rag search -k 3 \"quantization formats\"")]
+    #[command(
+        after_help = "Examples:\n  rag search -k 3 \"quantization formats\"\n  rag search --json --mode text --path 'docs/**/*.md' \"relief valve\" | jq -r '.hits[].path'"
+    )]
     Search(SearchArgs),
 }
 

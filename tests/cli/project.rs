@@ -131,6 +131,20 @@ fn ingest_check_fails_on_a_stale_index_and_writes_nothing() {
     p.doc("new.md", "# New\n\nA new page.\n");
     let (code, out, _) = p.run(&["ingest", "--check", "docs"]);
     assert_eq!((code, out.trim()), (1, "add     docs/new.md"));
+    p.ingest();
+    std::fs::write(p.path().join("docs/gardening.txt"), "Edited.\n").unwrap();
+    let (code, out, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!((code, out.trim()), (1, "change  docs/gardening.txt"));
+    p.ingest();
+    std::fs::remove_file(p.path().join("docs/new.md")).unwrap();
+    let (code, out, _) = p.run(&["ingest", "--check", "docs"]);
+    assert_eq!((code, out.trim()), (1, "remove  docs/new.md"));
+    let (code, out, _) = p.run(&["ingest", "--check", "--json", "docs"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (code, v["dry_run"]["removed"][0].as_str()),
+        (1, Some("docs/new.md"))
+    );
 }
 
 #[test]
@@ -236,6 +250,28 @@ fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
         (Some(1), Some(0)),
         "{v}"
     );
+    std::fs::write(
+        p.path().join("docs/gardening.txt"),
+        "Leeks want deep trenches.\n",
+    )
+    .unwrap();
+    let v = next();
+    assert_eq!(v["files_changed"], 1, "an edit: {v}");
+    std::fs::rename(
+        p.path().join("docs/bread.rst"),
+        p.path().join("docs/new/bread.rst"),
+    )
+    .unwrap();
+    let v = next();
+    assert_eq!(
+        (v["files_added"].as_u64(), v["files_removed"].as_u64()),
+        (Some(1), Some(1)),
+        "a rename: {v}"
+    );
+    assert!(
+        v["chunks_reused"].as_u64().unwrap() > 0,
+        "a rename reuses its vectors: {v}"
+    );
     // The index answers with the new file.
     let s = p.json(&[
         "search",
@@ -289,4 +325,83 @@ fn verbose_logs_color_and_version() {
     assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
     assert!(out.contains("llama.cpp: llama-cpp-sys-2"), "{out}");
     assert!(out.contains("ONNX Runtime: 1."), "{out}");
+}
+
+/// Paths that differ between machines and runs, replaced for snapshots.
+fn redact(p: &Project, text: &str) -> String {
+    let root = std::fs::canonicalize(p.path()).unwrap();
+    let text = text
+        .replace(root.to_str().unwrap(), "[PROJECT]")
+        .replace(p.path().to_str().unwrap(), "[PROJECT]")
+        .replace(crate::support::repo().to_str().unwrap(), "[REPO]");
+    // `rag config` pads values to align the source column; the padding depends on the
+    // length of the paths just replaced.
+    text.lines()
+        .map(|l| match l.rsplit_once(" # ") {
+            Some((value, source)) if !l.starts_with('#') => {
+                format!("{}  # {source}\n", value.trim_end())
+            }
+            _ => format!("{l}\n"),
+        })
+        .collect()
+}
+
+#[test]
+fn help_of_every_command_is_stable() {
+    let p = Project::empty();
+    let mut all = String::new();
+    for cmd in [
+        "",
+        "ingest",
+        "ask",
+        "chat",
+        "mcp",
+        "eval",
+        "doctor",
+        "init",
+        "config",
+        "status",
+        "completions",
+        "search",
+    ] {
+        let args: Vec<&str> = [cmd, "--help"]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let (code, out, err) = p.run(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("Examples:"),
+            "rag {cmd} --help has no examples"
+        );
+        all.push_str(&format!("===== rag {cmd} --help\n{out}\n"));
+    }
+    insta::assert_snapshot!(all);
+}
+
+#[test]
+fn config_with_a_file_a_variable_and_a_flag() {
+    let p = Project::empty();
+    let out = p
+        .rag()
+        .env("RAG_RETRIEVAL_TOP_K", "7")
+        .args(["--index", "elsewhere", "config"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    insta::assert_snapshot!(redact(&p, &String::from_utf8_lossy(&out.stdout)));
+}
+
+#[test]
+fn status_json_after_an_ingest() {
+    let p = Project::with_docs();
+    p.ingest();
+    let mut v = p.json(&["status", "--json"]);
+    // The commit time, and sizes that vary with LanceDB's file layout.
+    for key in ["last_ingest_unix", "disk_bytes", "table_versions"] {
+        assert!(v[key].as_u64().unwrap() > 0, "{key}: {v}");
+        v[key] = serde_json::json!("[varies]");
+    }
+    let text = serde_json::to_string_pretty(&v).unwrap();
+    insta::assert_snapshot!(redact(&p, &text));
 }
