@@ -198,6 +198,14 @@ pub fn run(
     walked
         .scopes
         .extend(opts.gone.iter().filter_map(|g| gone_relative(&root, g)));
+    // The settings file is not a document: `rag init && rag ingest .` must not index it.
+    if let Some(config) = settings
+        .file
+        .as_ref()
+        .and_then(|f| std::fs::canonicalize(f).ok())
+    {
+        walked.files.retain(|f| f.abs != config);
+    }
     let mut report = Report {
         files_seen: walked.files.len(),
         ..Report::default()
