@@ -150,23 +150,29 @@ fn gen(o: &mut config::Overrides, a: &cli::GenArgs) {
     }
 }
 
+/// The commands that need no settings, or (init) must work where the settings are broken.
+fn without_settings(cli: &Cli, ui: &ui::Ui) -> Option<Result<Exit>> {
+    Some(match &cli.command {
+        Command::Completions(a) => shell::completions(a.shell, ui),
+        Command::Man(a) => shell::man_pages(&a.dir, ui),
+        Command::Init(a) => {
+            let current = config::resolve(cli.global.config.as_deref(), vec![]).ok();
+            let dir = a.dir.clone().unwrap_or_else(|| ".".into());
+            project::init(&dir, a.force, current.as_ref())
+                .and_then(|done| project::print_init(ui, &done, a.json))
+                .map(|()| Exit::Success)
+        }
+        _ => return None,
+    })
+}
+
 /// Resolves settings and runs one command.
 pub fn run(cli: Cli) -> Result<Exit> {
     let ui = ui::Ui {
         quiet: cli.global.quiet,
     };
-    // These need no settings, or (init) must work where the settings are broken.
-    match &cli.command {
-        Command::Completions(a) => return shell::completions(a.shell, &ui),
-        Command::Man(a) => return shell::man_pages(&a.dir, &ui),
-        Command::Init(a) => {
-            let current = config::resolve(cli.global.config.as_deref(), vec![]).ok();
-            let dir = a.dir.clone().unwrap_or_else(|| ".".into());
-            let done = project::init(&dir, a.force, current.as_ref())?;
-            project::print_init(&ui, &done, a.json)?;
-            return Ok(Exit::Success);
-        }
-        _ => {}
+    if let Some(exit) = without_settings(&cli, &ui) {
+        return exit;
     }
     let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
     ui::init_logs(cli.global.verbose, config::log_filter().as_deref())?;

@@ -430,38 +430,7 @@ impl Session<'_> {
     ) -> Result<Decode> {
         let start = Instant::now();
         let llm = self.llm;
-        let mut chain = Vec::new();
-        if s.repeat_penalty != 1.0 && s.repeat_last_n != 0 {
-            chain.push(LlamaSampler::penalties(
-                llm.n_vocab(),
-                s.repeat_last_n,
-                s.repeat_penalty,
-                0.0,
-                0.0,
-            ));
-        }
-        if s.dry_multiplier > 0.0 {
-            // llama.cpp's default sequence breakers: a repeat does not run across them.
-            chain.push(LlamaSampler::dry(
-                &llm.model,
-                s.dry_multiplier,
-                s.dry_base,
-                s.dry_allowed_length,
-                -1,
-                ["\n", ":", "\"", "*"],
-            ));
-        }
-        if s.temperature <= 0.0 {
-            chain.push(LlamaSampler::greedy());
-        } else {
-            chain.push(LlamaSampler::top_p(s.top_p, 1));
-            chain.push(LlamaSampler::temp(s.temperature));
-            chain.push(LlamaSampler::dist(s.seed));
-        }
-        let mut sampler = LlamaSampler::chain_simple(chain);
-        let plain_greedy = s.temperature <= 0.0
-            && (s.repeat_penalty == 1.0 || s.repeat_last_n == 0)
-            && s.dry_multiplier <= 0.0;
+        let (mut sampler, plain_greedy) = sampler(s, &llm.model);
         let mut generated: Vec<LlamaToken> = Vec::new();
         let vocab = llm.model.vocab();
         let mut batch = LlamaBatch::new(1, 1);
@@ -520,6 +489,42 @@ impl Session<'_> {
         out.ms = start.elapsed().as_secs_f64() * 1e3;
         Ok(out)
     }
+}
+
+/// The sampler chain for `s`, and whether plain argmax gives the same tokens faster.
+fn sampler(s: &Sampling, model: &LlamaModel) -> (LlamaSampler, bool) {
+    let mut chain = Vec::new();
+    if s.repeat_penalty != 1.0 && s.repeat_last_n != 0 {
+        chain.push(LlamaSampler::penalties(
+            model.n_vocab(),
+            s.repeat_last_n,
+            s.repeat_penalty,
+            0.0,
+            0.0,
+        ));
+    }
+    if s.dry_multiplier > 0.0 {
+        // llama.cpp's default sequence breakers: a repeat does not run across them.
+        chain.push(LlamaSampler::dry(
+            model,
+            s.dry_multiplier,
+            s.dry_base,
+            s.dry_allowed_length,
+            -1,
+            ["\n", ":", "\"", "*"],
+        ));
+    }
+    if s.temperature <= 0.0 {
+        chain.push(LlamaSampler::greedy());
+    } else {
+        chain.push(LlamaSampler::top_p(s.top_p, 1));
+        chain.push(LlamaSampler::temp(s.temperature));
+        chain.push(LlamaSampler::dist(s.seed));
+    }
+    let plain_greedy = s.temperature <= 0.0
+        && (s.repeat_penalty == 1.0 || s.repeat_last_n == 0)
+        && s.dry_multiplier <= 0.0;
+    (LlamaSampler::chain_simple(chain), plain_greedy)
 }
 
 /// Whether `token`'s text, leading spaces aside, starts with `[`.

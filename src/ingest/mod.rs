@@ -68,6 +68,31 @@ pub fn files_from(list: &Path, extra: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<P
     Ok(listed.partition(|p| p.symlink_metadata().is_ok()))
 }
 
+/// The files to consider: the walk of `inputs`, plus listed files that are gone (each a
+/// scope of its own, so pruning removes exactly it), minus the settings file.
+fn walk_inputs(
+    settings: &Settings,
+    root: &Path,
+    inputs: &[PathBuf],
+    opts: &IngestOptions,
+    filter: &walk::Filter,
+) -> Result<walk::Walked> {
+    let mut walked = walk::walk(root, inputs, settings.chunk.max_file_bytes, filter)?;
+    // A listed file that is gone is a scope of its own: pruning removes exactly it.
+    walked
+        .scopes
+        .extend(opts.gone.iter().filter_map(|g| gone_relative(root, g)));
+    // The settings file is not a document: `rag init && rag ingest .` must not index it.
+    if let Some(config) = settings
+        .file
+        .as_ref()
+        .and_then(|f| std::fs::canonicalize(f).ok())
+    {
+        walked.files.retain(|f| f.abs != config);
+    }
+    Ok(walked)
+}
+
 /// A path that no longer exists, relative to the root: its nearest existing folder,
 /// canonicalised, plus the rest, so `docs/gone.md` of a deleted folder still names it.
 fn gone_relative(root: &Path, path: &Path) -> Option<String> {
@@ -193,19 +218,7 @@ pub fn run(
     };
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
-    let mut walked = walk::walk(&root, inputs, settings.chunk.max_file_bytes, &filter)?;
-    // A listed file that is gone is a scope of its own: pruning removes exactly it.
-    walked
-        .scopes
-        .extend(opts.gone.iter().filter_map(|g| gone_relative(&root, g)));
-    // The settings file is not a document: `rag init && rag ingest .` must not index it.
-    if let Some(config) = settings
-        .file
-        .as_ref()
-        .and_then(|f| std::fs::canonicalize(f).ok())
-    {
-        walked.files.retain(|f| f.abs != config);
-    }
+    let walked = walk_inputs(settings, &root, inputs, opts, &filter)?;
     let mut report = Report {
         files_seen: walked.files.len(),
         ..Report::default()

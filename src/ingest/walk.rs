@@ -95,6 +95,20 @@ impl Filter {
     }
 }
 
+/// The walk's rules, shared by ingest and `--watch`: .gitignore (even outside a git
+/// checkout), .ragignore, no hidden files, no symlinks followed.
+pub fn builder(path: &Path) -> ignore::WalkBuilder {
+    let mut b = ignore::WalkBuilder::new(path);
+    b.hidden(true)
+        .follow_links(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .require_git(false)
+        .add_custom_ignore_filename(".ragignore");
+    b
+}
+
 /// Walks `inputs` (files or folders). `root` must be absolute and canonical.
 pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) -> Result<Walked> {
     let mut found: BTreeMap<String, SourceFile> = BTreeMap::new();
@@ -108,17 +122,7 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
         })?;
         out.scopes.push(relative(root, &abs));
         let explicit_file = abs.is_file();
-        let walker = ignore::WalkBuilder::new(&abs)
-            .hidden(true)
-            .follow_links(false)
-            .git_ignore(true)
-            .git_exclude(true)
-            .git_global(false)
-            // .gitignore applies even when the folder is not a git checkout.
-            .require_git(false)
-            .add_custom_ignore_filename(".ragignore")
-            .sort_by_file_path(|a, b| a.cmp(b))
-            .build();
+        let walker = builder(&abs).sort_by_file_path(|a, b| a.cmp(b)).build();
         for entry in walker {
             let entry = match entry {
                 Ok(e) => e,

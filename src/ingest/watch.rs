@@ -48,16 +48,7 @@ fn folders(inputs: &[PathBuf], index: &Path) -> Vec<PathBuf> {
             out.extend(abs.parent().map(Path::to_path_buf));
             continue;
         }
-        let walker = ignore::WalkBuilder::new(&abs)
-            .hidden(true)
-            .follow_links(false)
-            .git_ignore(true)
-            .git_exclude(true)
-            .git_global(false)
-            .require_git(false)
-            .add_custom_ignore_filename(".ragignore")
-            .build();
-        for entry in walker.flatten() {
+        for entry in super::walk::builder(&abs).build().flatten() {
             if entry.file_type().is_some_and(|t| t.is_dir()) && !entry.path().starts_with(&index) {
                 out.push(entry.into_path());
             }
