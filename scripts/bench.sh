@@ -13,7 +13,7 @@
 #   cite     : citations on eval/corpus.yaml (rag eval --answers), with rag's added
 #              markers and without, per generator.
 #
-# BENCH=ingest, BENCH=llm, BENCH=search or BENCH=cite runs one part. Nothing here is committed or needed by tests.
+# BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -231,6 +231,16 @@ PY
   s_syn_text=$(median_ms "$syn" "$rag" -q search --json -k 5 --mode text "cache token prefill latency")
   rows+=("| rag search, corpus/ (190 chunks) | hybrid $s_corpus ms · text only $s_text ms (median of 20 warm runs, whole command) |")
   rows+=("| rag search, 100,000 synthetic chunks | hybrid $s_syn ms · text only $s_syn_text ms (median of 20 warm runs, whole command) |")
+fi
+
+if [ "$what" = all ] || [ "$what" = serve ]; then
+  # --- the warm engine (rag serve, ask --batch) against cold processes -----------------
+  proj=$bench/serve
+  rm -rf "$proj"; mkdir -p "$proj"; cp -r "$root/corpus" "$proj/"
+  sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
+  (cd "$proj" && "$rag" -q ingest corpus >/dev/null)
+  say "serve: warm search, batch against sequential, 8 concurrent clients (about 10 minutes)"
+  while IFS= read -r row; do rows+=("$row"); done < <(python3 "$root/scripts/bench_serve.py" "$rag" "$proj" "$root/eval/corpus.yaml" "$bench/serve.json")
 fi
 
 if [ "$what" = all ] || [ "$what" = cite ]; then

@@ -60,8 +60,8 @@ pub fn run(
     ui: &Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
-    let mut engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false, rt)?;
-    let mut chat = Chat::open(&mut engine)?;
+    let engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false, rt)?;
+    let mut chat = Chat::open(&engine)?;
     let interactive = std::io::stdin().is_terminal();
     let mut lines = std::io::stdin().lock();
     // Ctrl-C while an answer streams stops that answer only.

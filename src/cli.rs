@@ -73,6 +73,11 @@ pub enum Command {
         after_help = "Examples:\n  rag mcp\n  claude mcp add rag -- rag --config /path/to/project/rag.toml mcp\n\nA client starts `rag mcp` and speaks newline-delimited JSON-RPC on its stdin and stdout; logs go to stderr. One process keeps the index and the models loaded for every call."
     )]
     Mcp(ChatArgs),
+    /// Serve search and answers over HTTP (JSON, server-sent events, OpenAI-compatible chat)
+    #[command(
+        after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  curl -s localhost:8089/v1/search -d '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask -d '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nEndpoints: POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
+    )]
+    Serve(ServeArgs),
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
     #[command(hide = true)]
     BenchLlm(BenchLlmArgs),
@@ -294,6 +299,26 @@ pub struct AskArgs {
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    #[command(flatten)]
+    pub gen: GenArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Listen on this address (serve.addr); port 0 picks a free one
+    #[arg(long, value_name = "HOST:PORT")]
+    pub addr: Option<String>,
+    /// Bearer token every request but /healthz must send (`Authorization: Bearer TOKEN`);
+    /// required to listen on anything but loopback
+    #[arg(
+        long,
+        env = "RAG_SERVE_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

@@ -55,6 +55,7 @@ pub struct Settings {
     pub retrieval: RetrievalSettings,
     pub rerank: RerankSettings,
     pub llm: LlmSettings,
+    pub serve: ServeSettings,
     /// The project root: the config file's folder, or the current directory without one.
     /// Indexed paths are stored relative to it.
     #[serde(skip)]
@@ -207,6 +208,29 @@ pub struct LlmSettings {
     pub prompt_cache_mb: u64,
     /// The answer may not start with `[` (a bare "[S1]" instead of an answer).
     pub text_first: bool,
+    /// Answers `ask --batch` generates together in one context, one sequence each.
+    pub parallel: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeSettings {
+    /// Address `rag serve` listens on; anything but loopback needs a bearer token.
+    pub addr: String,
+    /// Generations waiting for the generator beyond the running one; past it, 503.
+    pub queue: usize,
+    /// HTTP worker threads (searches run in parallel on them); 0 = queue + 4.
+    pub threads: usize,
+}
+
+impl Default for ServeSettings {
+    fn default() -> Self {
+        ServeSettings {
+            addr: "127.0.0.1:8089".into(),
+            queue: 16,
+            threads: 0,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -218,6 +242,7 @@ impl Default for Settings {
             retrieval: RetrievalSettings::default(),
             rerank: RerankSettings::default(),
             llm: LlmSettings::default(),
+            serve: ServeSettings::default(),
             root: PathBuf::new(),
             file: None,
             sources: BTreeMap::new(),
@@ -311,6 +336,7 @@ impl Default for LlmSettings {
             add_citations: true,
             prompt_cache_mb: 512,
             text_first: true,
+            parallel: 4,
         }
     }
 }
@@ -338,6 +364,7 @@ pub type Env = BTreeMap<String, String>;
 const OTHER_VARS: &[&str] = &[
     "RAG_CONFIG",
     "RAG_LOG",
+    "RAG_SERVE_TOKEN",
     "RAG_TEST_CRASH_AT",
     "RAG_FUZZ_CASES",
     "RAG_STRESS_EDITS",
@@ -709,7 +736,10 @@ impl Settings {
                 return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
             }
         }
-        let ints: [(&str, u64, u64, u64); 11] = [
+        let ints: [(&str, u64, u64, u64); 14] = [
+            ("llm.parallel", l.parallel as u64, 1, 256),
+            ("serve.queue", self.serve.queue as u64, 0, 100_000),
+            ("serve.threads", self.serve.threads as u64, 0, 1_024),
             ("retrieval.top_k", r.top_k as u64, 1, 1_000),
             ("retrieval.candidates", r.candidates as u64, 1, 100_000),
             ("retrieval.neighbors", r.neighbors as u64, 0, 1_000),

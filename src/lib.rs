@@ -15,6 +15,7 @@
 //! `rag.toml` and the environment; [`ui`] alone prints; `main.rs` only maps errors to exit
 //! codes ([`Exit`]).
 
+pub mod api;
 pub mod ask;
 pub mod atomic;
 pub mod bench;
@@ -34,6 +35,7 @@ pub mod printer;
 pub mod project;
 pub mod promptcache;
 pub mod retrieve;
+pub mod serve;
 pub mod shell;
 pub mod status;
 pub mod store;
@@ -119,6 +121,13 @@ fn overrides(cli: &Cli) -> config::Overrides {
             retrieval(&mut o, r);
             gen(&mut o, a);
         }
+        Command::Serve(a) => {
+            retrieval(&mut o, &a.retrieval);
+            gen(&mut o, &a.gen);
+            if let Some(addr) = &a.addr {
+                o.push(("serve.addr", Value::String(addr.clone())));
+            }
+        }
     }
     o
 }
@@ -187,7 +196,11 @@ pub fn run(cli: Cli) -> Result<Exit> {
     }
     if matches!(
         cli.command,
-        Command::Ingest(_) | Command::Ask(_) | Command::Chat(_) | Command::Mcp(_)
+        Command::Ingest(_)
+            | Command::Ask(_)
+            | Command::Chat(_)
+            | Command::Mcp(_)
+            | Command::Serve(_)
     ) {
         // These write the index and the prompt cache, copies of the user's documents: every
         // file they create is 0600 and every folder 0700, whatever LanceDB asks for.
@@ -225,8 +238,14 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::Mcp(a) => {
             let q = query(&settings, "", &a.retrieval, verbose);
             let mode = q.mode.unwrap_or(settings.retrieval.mode);
-            let mut engine = engine::Answerer::open(&settings, mode, false, &rt)?;
-            mcp::serve(&mut engine, &q, true, &ui)
+            let engine = engine::Answerer::open(&settings, mode, false, &rt)?;
+            mcp::serve(&engine, &q, true, &ui)
+        }
+        Command::Serve(a) => {
+            let q = query(&settings, "", &a.retrieval, verbose);
+            let mode = q.mode.unwrap_or(settings.retrieval.mode);
+            let engine = engine::Answerer::open(&settings, mode, false, &rt)?;
+            serve::run(&engine, &q, a.token.as_deref(), &ui)
         }
         Command::Chat(a) => {
             let o = chat::ChatOptions { verbose };
@@ -289,7 +308,7 @@ fn ask_command(
 ) -> Result<Exit> {
     if let Some(file) = &a.batch {
         let q = query(settings, "", &a.retrieval, verbose);
-        return ask::ask_batch(settings, file, &q, !a.no_cache, ui, rt);
+        return ask::ask_batch(settings, file, &q, ui, rt);
     }
     let o = ask::AskOptions {
         stream: !a.no_stream,

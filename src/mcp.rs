@@ -17,7 +17,6 @@ use crate::ask::Query;
 use crate::engine::Answerer;
 use crate::exit::Exit;
 use crate::printer::SearchHit;
-use crate::retrieve::{self, Mode};
 use crate::ui::Ui;
 
 /// Protocol versions this server speaks, newest first.
@@ -50,41 +49,6 @@ fn tools() -> Value {
     ])
 }
 
-/// The query a tool call asks for, from its arguments on top of the configured defaults.
-fn query(base: &Query, args: &Value, key: &str) -> Result<Query, String> {
-    let obj = args.as_object().ok_or("arguments must be an object")?;
-    for k in obj.keys() {
-        if ![key, "top_k", "mode", "path"].contains(&k.as_str()) {
-            return Err(format!(
-                "unknown argument {k:?}; the arguments are {key}, top_k, mode, path"
-            ));
-        }
-    }
-    let mut q = base.clone();
-    q.text = obj
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|t| !t.trim().is_empty())
-        .ok_or(format!("{key} is required (a non-empty string)"))?
-        .to_string();
-    if let Some(k) = obj.get("top_k") {
-        q.top_k = k
-            .as_u64()
-            .filter(|k| (1..=100).contains(k))
-            .ok_or("top_k must be an integer from 1 to 100")? as usize;
-    }
-    if let Some(m) = obj.get("mode") {
-        q.mode = Some(
-            serde_json::from_value::<Mode>(m.clone())
-                .map_err(|_| "mode must be hybrid, vector or text")?,
-        );
-    }
-    if let Some(p) = obj.get("path") {
-        q.filter = retrieve::filter(Some(p.as_str().ok_or("path must be a glob string")?), None);
-    }
-    Ok(q)
-}
-
 /// A tool result: text for the model, the same data structured, and whether it failed.
 fn tool_result(text: String, structured: Value, is_error: bool) -> Value {
     json!({
@@ -95,7 +59,7 @@ fn tool_result(text: String, structured: Value, is_error: bool) -> Value {
 }
 
 fn call(
-    engine: &mut Answerer,
+    engine: &Answerer,
     base: &Query,
     cache: bool,
     params: &Value,
@@ -117,7 +81,7 @@ fn call(
         }
     };
     // A bad argument or a failed call is a tool error the model can read and fix.
-    let q = match query(base, &args, key) {
+    let q = match crate::api::query(base, &args, key, &[]) {
         Ok(q) => q,
         Err(e) => return Ok(tool_result(e.clone(), json!({"error": e}), true)),
     };
@@ -133,7 +97,7 @@ fn call(
             if !a.abstained {
                 text.push_str(&crate::printer::evidence_and_sources(&a));
             }
-            tool_result(text, serde_json::to_value(&a).unwrap_or_default(), false)
+            tool_result(text, crate::printer::json_value(&a), false)
         })
     };
     Ok(outcome.unwrap_or_else(|e| {
@@ -155,7 +119,7 @@ fn initialize(params: &Value) -> Value {
 }
 
 /// One JSON-RPC message in, at most one out (notifications get none).
-fn handle(engine: &mut Answerer, base: &Query, cache: bool, line: &str, ui: &Ui) -> Option<Value> {
+fn handle(engine: &Answerer, base: &Query, cache: bool, line: &str, ui: &Ui) -> Option<Value> {
     let msg: Value = match serde_json::from_str(line) {
         Ok(m) => m,
         Err(e) => {
@@ -188,7 +152,7 @@ fn handle(engine: &mut Answerer, base: &Query, cache: bool, line: &str, ui: &Ui)
 }
 
 /// Serves until stdin closes.
-pub fn serve(engine: &mut Answerer, base: &Query, cache: bool, ui: &Ui) -> Result<Exit> {
+pub fn serve(engine: &Answerer, base: &Query, cache: bool, ui: &Ui) -> Result<Exit> {
     ui.info("rag mcp: serving search and ask on stdio (MCP); stop with Ctrl-D or by closing stdin");
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();

@@ -115,7 +115,9 @@ impl Printer {
         let mut o = Output::default();
         match self.format {
             Format::Json => o.json(a),
-            Format::Ndjson => o.json(&serde_json::json!({ "event": "done", "answer": a })),
+            Format::Ndjson => {
+                o.json(&serde_json::json!({ "event": "done", "answer": json_value(a) }))
+            }
             Format::Text if a.abstained => {
                 o.out(ABSTAIN_TEXT);
                 o.info.push(format!(
@@ -151,8 +153,18 @@ impl Printer {
     }
 }
 
+/// `value` as a JSON tree with each `f32` as short as it prints (0.0153846154, not
+/// 0.01538461539894342): `serde_json::to_value` widens floats to `f64` digits that were
+/// never measured, and the same answer would print differently as a whole and as a part.
+pub fn json_value<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_string(value)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 fn retrieved_event(sources: &[SourceOut], retrieval_ms: f64) -> serde_json::Value {
-    serde_json::json!({ "event": "retrieval", "sources": sources, "retrieval_ms": retrieval_ms })
+    serde_json::json!({ "event": "retrieval", "sources": json_value(&sources), "retrieval_ms": retrieval_ms })
 }
 
 /// "Evidence:" (the source line behind each cited sentence) and "Sources:" under an answer.
@@ -270,7 +282,7 @@ impl<'a> SearchHit<'a> {
 pub fn hits(query: &str, hits: &[SearchHit], ms: f64, json: bool) -> Output {
     let mut o = Output::default();
     if json {
-        o.json(&serde_json::json!({ "query": query, "hits": hits }));
+        o.json(&serde_json::json!({ "query": query, "hits": json_value(&hits) }));
         return o;
     }
     for h in hits {

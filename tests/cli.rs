@@ -24,3 +24,5 @@ mod prompt;
 mod retrieval;
 #[path = "cli/safety.rs"]
 mod safety;
+#[path = "cli/serve.rs"]
+mod serve;

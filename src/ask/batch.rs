@@ -124,7 +124,7 @@ fn failure(item: &Item, message: String, exit: Exit) -> Value {
 
 /// Answers every question of `file`; exit 0 when each got an answer or abstained, 1 when any
 /// failed (each failure is in its own object).
-pub fn run(engine: &mut Answerer, file: &Path, base: &Query, cache: bool, ui: &Ui) -> Result<Exit> {
+pub fn run(engine: &Answerer, file: &Path, base: &Query, ui: &Ui) -> Result<Exit> {
     let text = read_input(file)?;
     let items: Vec<Item> = text
         .lines()
@@ -134,26 +134,35 @@ pub fn run(engine: &mut Answerer, file: &Path, base: &Query, cache: bool, ui: &U
         .collect();
     let bar = ui.progress(items.len() as u64, "questions");
     let mut failed = 0;
-    for it in &items {
-        let out = match &it.query {
-            Err(message) => failure(it, message.clone(), Exit::Usage),
-            Ok(q) => match engine.answer(q, cache, ui, &mut |_| Ok(())) {
-                Ok(answer) => {
-                    let mut v = serde_json::to_value(&answer)?;
-                    if let Value::Object(map) = &mut v {
-                        map.insert("id".into(), it.id.clone());
+    // Windows of a few times llm.parallel: answers print in input order as each window ends,
+    // and the sequences stay busy within it.
+    let window = engine.settings().llm.parallel.max(1) * 4;
+    for chunk in items.chunks(window) {
+        let valid: Vec<Query> = chunk
+            .iter()
+            .filter_map(|it| it.query.clone().ok())
+            .collect();
+        let mut answers = engine.answer_many(&valid, ui).into_iter();
+        for it in chunk {
+            let out = match &it.query {
+                Err(message) => failure(it, message.clone(), Exit::Usage),
+                Ok(_) => match answers.next().expect("one answer per valid question") {
+                    Ok(answer) => {
+                        let mut v = crate::printer::json_value(&answer);
+                        if let Value::Object(map) = &mut v {
+                            map.insert("id".into(), it.id.clone());
+                        }
+                        v
                     }
-                    v
-                }
-                Err(e) if crate::exit::is_broken_pipe(&e) => return Err(e),
-                Err(e) => failure(it, format!("{e:#}"), exit_code_of(&e)),
-            },
-        };
-        if out.get("error").is_some() {
-            failed += 1;
+                    Err(e) => failure(it, format!("{e:#}"), exit_code_of(&e)),
+                },
+            };
+            if out.get("error").is_some() {
+                failed += 1;
+            }
+            bar.suspend(|| ui.json(&out))?;
+            bar.inc(1);
         }
-        bar.suspend(|| ui.json(&out))?;
-        bar.inc(1);
     }
     bar.finish_and_clear();
     ui.info(&format!(

@@ -10,7 +10,7 @@ pub mod prompt;
 pub mod route;
 pub mod stream;
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -23,7 +23,7 @@ use crate::exit::Exit;
 use crate::llm::{ContextParams, Llm, StopReason};
 use crate::printer::Format;
 use crate::retrieve::{self, Fusion, Mode, Ranked};
-use crate::store::Store;
+use crate::store::{Stamp, Store};
 use crate::ui::Ui;
 
 /// The retrieval query of a question asked after `history` (earlier questions, oldest
@@ -138,7 +138,9 @@ fn fusion(s: &Settings) -> Fusion {
 /// The models sit behind mutexes (ONNX sessions run with `&mut`), so retrieval takes
 /// `&self`: a chat keeps a generator session borrowed from the engine while it retrieves.
 pub struct Retriever {
-    store: Store,
+    /// The index as last opened, and its stamp then: [`Retriever::refresh`] swaps in a
+    /// newer version while readers finish on the one they hold.
+    store: RwLock<(Arc<Store>, Stamp)>,
     embedder: Option<Mutex<Embedder>>,
     reranker: Option<Mutex<Reranker>>,
     fusion: Fusion,
@@ -155,6 +157,7 @@ impl Retriever {
         mode: Mode,
         rt: &tokio::runtime::Runtime,
     ) -> Result<Retriever> {
+        let stamp = Store::stamp(&settings.index.dir);
         let store = rt.block_on(Store::open(&settings.index.dir))?;
         let embedder = if mode == Mode::Text {
             None
@@ -164,17 +167,43 @@ impl Retriever {
             Some(Mutex::new(e))
         };
         Ok(Retriever {
-            store,
+            store: RwLock::new((Arc::new(store), stamp)),
             embedder,
             reranker: Reranker::load(&settings.rerank, &settings.embed)?.map(Mutex::new),
             fusion: fusion(settings),
         })
     }
 
+    fn store(&self) -> Arc<Store> {
+        self.store
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Re-opens the index when its stamp changed (an ingest committed since); whether it
+    /// did. The new version must have been made with the loaded embedder (else exit 4, and
+    /// the old version stays in use).
+    pub fn refresh(&self, settings: &Settings, rt: &tokio::runtime::Runtime) -> Result<bool> {
+        let dir = &settings.index.dir;
+        let stamp = Store::stamp(dir);
+        if self.store.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
+            return Ok(false);
+        }
+        let store = rt.block_on(Store::open(dir))?;
+        if let Some(e) = &self.embedder {
+            store.check_model(&lock(e).info)?;
+        }
+        *self.store.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(store), stamp);
+        tracing::info!(index = %dir.display(), "index re-opened: a new version was committed");
+        Ok(true)
+    }
+
     /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
     pub fn widen(&self, ranked: &[Ranked], rt: &tokio::runtime::Runtime) -> Result<Vec<Ranked>> {
         rt.block_on(retrieve::widen_best(
-            &self.store,
+            &self.store(),
             ranked,
             self.fusion.neighbors,
         ))
@@ -215,7 +244,7 @@ impl Retriever {
             None => q.top_k,
         };
         let mut ranked = rt.block_on(retrieve::retrieve(
-            &self.store,
+            &self.store(),
             &q.text,
             vector.as_deref(),
             mode,
@@ -337,9 +366,9 @@ pub fn ask(
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let mut engine = Answerer::open(settings, mode, o.dry_run, rt)?;
+    let engine = Answerer::open(settings, mode, o.dry_run, rt)?;
     if o.dry_run {
-        return dry_run(&mut engine, q, ui);
+        return dry_run(&engine, q, ui);
     }
     let printer = crate::printer::Printer {
         format: if o.json {
@@ -366,21 +395,22 @@ pub fn ask(
     })
 }
 
-/// `rag ask --batch FILE`: one engine for every question of the file.
+/// `rag ask --batch FILE`: one engine for every question of the file, generated together
+/// (continuous batching, which starts every sequence from an empty context: the prompt
+/// cache is not used).
 pub fn ask_batch(
     settings: &Settings,
     file: &std::path::Path,
     q: &Query,
-    cache: bool,
     ui: &Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
-    let mut engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false, rt)?;
-    batch::run(&mut engine, file, q, cache, ui)
+    let engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false, rt)?;
+    batch::run(&engine, file, q, ui)
 }
 
 /// `--dry-run`: the packed prompt, without loading the model weights.
-fn dry_run(engine: &mut Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
+fn dry_run(engine: &Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
     let (ranked, _) = engine.retrieve(q, ui)?;
     let prep = engine.prepare(&q.text, &ranked)?;
     let p = crate::printer::Printer {

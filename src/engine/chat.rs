@@ -27,7 +27,7 @@ pub struct Chat<'e, 'rt> {
 impl<'e, 'rt> Chat<'e, 'rt> {
     /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
     /// question, so chat uses the small model unless the large one is asked for.
-    pub fn open(engine: &'e mut Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
+    pub fn open(engine: &'e Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
         let s = &engine.settings.llm;
         let path = if s.route == crate::config::Route::Large {
             s.large_model.clone()
@@ -35,8 +35,7 @@ impl<'e, 'rt> Chat<'e, 'rt> {
             s.model.clone()
         };
         let model = engine.model(&path)?;
-        let engine: &'e Answerer<'rt> = engine;
-        let llm = &engine.models[model].llm;
+        let llm = &engine.loaded(model).llm;
         let (params, reserve) = window(&engine.settings, llm)?;
         Ok(Chat {
             engine,
@@ -81,7 +80,7 @@ impl<'e, 'rt> Chat<'e, 'rt> {
         let ranked = engine.shape(question, &ranked)?;
         let prep = self.pack(question, &ranked)?;
         let sources = super::announce(&prep, retrieval_ms, on)?;
-        let llm = &engine.models[self.model].llm;
+        let llm = &engine.loaded(self.model).llm;
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let prefill = self.session.prefill(&tokens)?;
         let (answer, raw) = engine.stream_checked(
@@ -110,7 +109,7 @@ impl<'e, 'rt> Chat<'e, 'rt> {
     /// Packs this turn after the history, dropping the oldest turns while the history takes
     /// more than half the budget (leaving room for this turn's sources).
     fn pack(&mut self, question: &str, ranked: &[crate::retrieve::Ranked]) -> Result<Prepared> {
-        let llm = &self.engine.models[self.model].llm;
+        let llm = &self.engine.loaded(self.model).llm;
         let overhead = |history: &[Turn]| -> Result<usize> {
             Ok(llm
                 .chat_tokens(&prompt::conversation(history, &[], question))?

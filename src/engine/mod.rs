@@ -4,10 +4,12 @@
 //! It reports what happens as [`Event`]s and returns the checked [`Answer`]; it never
 //! prints an answer itself, so `ask`, `eval` and later front ends share it.
 
+mod batch;
 mod chat;
 pub use chat::Chat;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::Result;
@@ -42,16 +44,20 @@ pub enum Event<'a> {
 
 /// A loaded generator and the SHA-256 of its file (the prompt cache key).
 struct Loaded {
-    path: PathBuf,
     llm: Llm,
     sha256: String,
 }
 
+/// Answers take `&self`, so front ends that serve many clients (`rag serve`) share one
+/// engine across threads: each generator loads once into its slot on first use.
 pub struct Answerer<'rt> {
     settings: Settings,
     mode: Mode,
     retriever: Retriever,
-    models: Vec<Loaded>,
+    /// The small and the large generator (`llm.model`, `llm.large_model`), loaded on demand.
+    models: [(PathBuf, OnceLock<Loaded>); 2],
+    /// Held while a generator loads, so two threads never load the same file twice.
+    loading: Mutex<()>,
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
@@ -78,7 +84,11 @@ impl<'rt> Answerer<'rt> {
             settings: settings.clone(),
             mode,
             retriever: Retriever::open(settings, mode, rt)?,
-            models: Vec::new(),
+            models: [
+                (settings.llm.model.clone(), OnceLock::new()),
+                (settings.llm.large_model.clone(), OnceLock::new()),
+            ],
+            loading: Mutex::new(()),
             vocab_only,
             rt,
         })
@@ -94,24 +104,52 @@ impl<'rt> Answerer<'rt> {
         self.retriever.run(q, mode, ui, self.rt)
     }
 
-    /// The index of the generator at `path`, loading it on first use.
-    fn model(&mut self, path: &Path) -> Result<usize> {
-        if let Some(i) = self.models.iter().position(|m| m.path == path) {
+    /// The slot of the generator at `path` (one of the two configured), loading it on
+    /// first use.
+    fn model(&self, path: &Path) -> Result<usize> {
+        let i = self
+            .models
+            .iter()
+            .position(|(p, _)| p == path)
+            .expect("generator paths come from llm.model and llm.large_model");
+        if self.models[i].1.get().is_some() {
             return Ok(i);
         }
-        let llm = Llm::load(path, self.vocab_only)?;
-        let memo = self.settings.index.dir.join("model-hashes.json");
-        let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
-        self.models.push(Loaded {
-            path: path.to_path_buf(),
-            llm,
-            sha256,
-        });
-        Ok(self.models.len() - 1)
+        let _one = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if self.models[i].1.get().is_none() {
+            let llm = Llm::load(path, self.vocab_only)?;
+            let memo = self.settings.index.dir.join("model-hashes.json");
+            let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
+            let _ = self.models[i].1.set(Loaded { llm, sha256 });
+        }
+        Ok(i)
+    }
+
+    /// A generator [`Answerer::model`] loaded.
+    fn loaded(&self, i: usize) -> &Loaded {
+        self.models[i].1.get().expect("loaded by Answerer::model")
+    }
+
+    /// Loads the generator `route` would start with, so the first request does not wait
+    /// for it (`rag serve`).
+    pub fn preload(&self) -> Result<()> {
+        let s = &self.settings.llm;
+        let path = if s.route == crate::config::Route::Large {
+            &s.large_model
+        } else {
+            &s.model
+        };
+        self.model(path).map(|_| ())
+    }
+
+    /// Re-opens the index when an ingest has committed a new version since it was opened;
+    /// whether it did. A long-running front end calls it before each request.
+    pub fn refresh(&self) -> Result<bool> {
+        self.retriever.refresh(&self.settings, self.rt)
     }
 
     /// Routes and packs the prompt for `ranked`, loading the chosen generator.
-    pub fn prepare(&mut self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
+    pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
         let route = route::route(s.route, best, s.large_model.is_file());
@@ -123,7 +161,7 @@ impl<'rt> Answerer<'rt> {
         };
         let model = self.model(&path)?;
         let ranked = self.shape(question, ranked)?;
-        let llm = &self.models[model].llm;
+        let llm = &self.loaded(model).llm;
         let (params, reserve) = window(&self.settings, llm)?;
         let n_ctx = params.n_ctx as usize;
         let overhead = llm.chat_tokens(&prompt::messages(&[], question))?.len();
@@ -179,14 +217,14 @@ impl<'rt> Answerer<'rt> {
 
     /// The prompt exactly as the generator would read it (`rag ask --dry-run`).
     pub fn render(&self, p: &Prepared) -> Result<(String, usize)> {
-        let llm = &self.models[p.model].llm;
+        let llm = &self.loaded(p.model).llm;
         let tokens = llm.chat_tokens(&p.packed.messages)?;
         Ok((llm.render(&p.packed.messages)?, tokens.len()))
     }
 
     /// Answers `q`: retrieve, abstain or route, pack, generate, check.
     pub fn answer(
-        &mut self,
+        &self,
         q: &Query,
         cache: bool,
         ui: &Ui,
@@ -199,11 +237,27 @@ impl<'rt> Answerer<'rt> {
     /// [`Answerer::answer`] where retrieval reads `q.text` and the prompt asks `question`
     /// (a follow-up retrieves with its conversation's context but asks what was asked).
     pub fn answer_with_question(
-        &mut self,
+        &self,
         q: &Query,
         question: &str,
         cache: bool,
         ui: &Ui,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<Answer> {
+        self.answer_admitted(q, question, cache, ui, || Ok(()), on)
+    }
+
+    /// [`Answerer::answer_with_question`] where generation waits for `admit` (a server's
+    /// queue for the generator) after retrieval, so an abstention never queues; whatever
+    /// `admit` returns is held until the answer is done, and its error ends the request
+    /// before any event.
+    pub fn answer_admitted<G>(
+        &self,
+        q: &Query,
+        question: &str,
+        cache: bool,
+        ui: &Ui,
+        admit: impl FnOnce() -> Result<G>,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<Answer> {
         let started = Instant::now();
@@ -217,6 +271,7 @@ impl<'rt> Answerer<'rt> {
             timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
             return Ok(abstained(question, timings, &ranked));
         }
+        let _admitted = admit()?;
         let prep = self.prepare(question, &ranked)?;
         let sources = announce(&prep, retrieval_ms, on)?;
         self.generate(question, prep, sources, timings, started, cache, ui, on)
@@ -298,7 +353,7 @@ impl<'rt> Answerer<'rt> {
         ui: &Ui,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<Answer> {
-        let loaded = &self.models[prep.model];
+        let loaded = self.loaded(prep.model);
         let llm = &loaded.llm;
         let (params, _) = window(&self.settings, llm)?;
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
@@ -333,13 +388,38 @@ impl<'rt> Answerer<'rt> {
         started: Instant,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<(Answer, String)> {
-        let loaded = &self.models[prep.model];
         let texts = prep.packed.texts();
         let (raw, decode, added_citations) = self.stream(session, &texts, on)?;
-        let timings = generation_timings(timings, &prefill, &decode, started);
+        let answer = self.checked(
+            question,
+            prep,
+            sources,
+            &raw,
+            (&prefill, &decode, added_citations),
+            timings,
+            started,
+        );
+        Ok((answer, raw))
+    }
+
+    /// The answer as generated, its citations checked, with its evidence and figures.
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &self,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        raw: &str,
+        (prefill, decode, added_citations): (&crate::llm::Prefill, &crate::llm::Decode, usize),
+        timings: Timings,
+        started: Instant,
+    ) -> Answer {
+        let loaded = self.loaded(prep.model);
+        let texts = prep.packed.texts();
+        let timings = generation_timings(timings, prefill, decode, started);
         let checked = cite::check(raw.trim(), &texts);
         let evidence = evidence(&checked.citations, &sources, &texts);
-        let answer = Answer {
+        Answer {
             question: question.to_string(),
             answer: checked.answer.clone(),
             sources,
@@ -357,8 +437,7 @@ impl<'rt> Answerer<'rt> {
                 sha256: loaded.sha256.clone(),
                 route: prep.route.clone(),
             }),
-        };
-        Ok((answer, raw))
+        }
     }
 
     /// Generates on a prefilled session, passing each piece through the loop guard and the
@@ -390,13 +469,6 @@ impl<'rt> Answerer<'rt> {
                 }
             }
         })?;
-        let cut = decode.stop == StopReason::Repetition;
-        if cut {
-            raw = stream::drop_repeat(&raw);
-        }
-        if answer.looped() {
-            decode.stop = StopReason::Repetition;
-        }
         let interrupted = write_err
             .as_ref()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::Interrupted);
@@ -404,19 +476,38 @@ impl<'rt> Answerer<'rt> {
             write_err = None;
             decode.stop = StopReason::Cancelled;
         } else {
-            let rest = answer.finish(&raw, cut);
+            let rest = settle(&mut answer, &mut raw, &mut decode);
             if write_err.is_none() && !rest.is_empty() {
                 if let Err(e) = on(Event::Piece(&rest)) {
                     write_err = Some(e);
                 }
             }
-            raw.push_str(&rest);
         }
         match write_err {
             Some(e) => Err(e.into()),
             None => Ok((raw, decode, answer.added_citations())),
         }
     }
+}
+
+/// Ends an answer that was not interrupted: a repeated tail dropped, the stop reason set
+/// when the loop guard cut it, and the citer's last words added to `raw`; returns those
+/// words (still to be shown).
+fn settle(
+    answer: &mut stream::AnswerStream,
+    raw: &mut String,
+    decode: &mut crate::llm::Decode,
+) -> String {
+    let cut = decode.stop == StopReason::Repetition;
+    if cut {
+        *raw = stream::drop_repeat(raw);
+    }
+    if answer.looped() {
+        decode.stop = StopReason::Repetition;
+    }
+    let rest = answer.finish(raw, cut);
+    raw.push_str(&rest);
+    rest
 }
 
 /// `timings` (retrieval so far) completed with the prefill and decode figures.

@@ -127,9 +127,9 @@ pub fn run(
     } else {
         Mode::Text
     };
-    let mut engine = Answerer::open(settings, engine_mode, !o.answers, rt)?;
+    let engine = Answerer::open(settings, engine_mode, !o.answers, rt)?;
 
-    let results = run_cases(&mut engine, &cases, main, o, ui)?;
+    let results = run_cases(&engine, &cases, main, o, ui)?;
 
     let modes: BTreeMap<String, ModeSummary> = o
         .modes
@@ -171,7 +171,7 @@ pub fn run(
 
 /// Every case in every mode (and answered, with `--answers`), under one progress bar.
 fn run_cases(
-    engine: &mut Answerer,
+    engine: &Answerer,
     cases: &[Compiled],
     main: Mode,
     o: &EvalOptions,
@@ -206,7 +206,7 @@ fn run_cases(
 }
 
 fn retrieval_case(
-    engine: &mut Answerer,
+    engine: &Answerer,
     c: &Compiled,
     mode: Mode,
     o: &EvalOptions,
@@ -259,7 +259,7 @@ fn matched(c: &Compiled, r: &Ranked) -> Option<usize> {
 }
 
 fn answer_case(
-    engine: &mut Answerer,
+    engine: &Answerer,
     c: &Compiled,
     mode: Mode,
     o: &EvalOptions,

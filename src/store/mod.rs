@@ -182,7 +182,32 @@ async fn connect(dir: &Path) -> Result<Connection> {
         .with_context(|| format!("opening the index at {}", dir.display()))
 }
 
+/// What identifies the committed state of an index on disk: each table's version folder
+/// (a commit adds a manifest there) and the metadata file (a rebuild replaces it), by inode
+/// and modification time. Equal stamps mean no ingest committed in between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp(Vec<Option<(u64, i64, i64)>>);
+
 impl Store {
+    /// The index's [`Stamp`] now (cheap: three `stat` calls).
+    pub fn stamp(dir: &Path) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        let paths = [
+            dir.join(META),
+            dir.join(format!("{CHUNKS}.lance/_versions")),
+            dir.join(format!("{FILES}.lance/_versions")),
+        ];
+        Stamp(
+            paths
+                .iter()
+                .map(|p| {
+                    let m = std::fs::metadata(p).ok()?;
+                    Some((m.ino(), m.mtime(), m.mtime_nsec()))
+                })
+                .collect(),
+        )
+    }
+
     /// Whether `dir` holds an index.
     pub fn exists(dir: &Path) -> bool {
         dir.join(META).is_file()

@@ -476,3 +476,46 @@ fn a_batch_answers_every_line_in_order_and_reports_a_bad_one_apart() {
     assert_eq!(code, 2);
     assert!(err.contains("missing.txt"), "{err}");
 }
+
+#[test]
+fn a_batch_in_one_sequence_answers_as_one_shot_asks_do() {
+    // One sequence at a time prefills each prompt from position 0 in the same slices as an
+    // uncached ask, so at temperature 0 the answers are the same bytes; with several
+    // sequences in one context every question still gets its own checked answer.
+    let p = Project::with_docs();
+    p.ingest();
+    let questions = [
+        "How fast does the flux regulator aboard Orbital Station Meridian hum?",
+        "At what pressure does the Kestrel relief valve open?",
+        "How long should the bread dough rise?",
+    ];
+    std::fs::write(p.path().join("q.txt"), questions.join("\n")).unwrap();
+    let one_shot: Vec<serde_json::Value> = questions
+        .iter()
+        .map(|q| p.json(&["ask", "--json", "--no-cache", q]))
+        .collect();
+    for (parallel, must_equal) in [("1", true), ("3", false)] {
+        let (code, out, err) = p.run_env(
+            &[("RAG_LLM_PARALLEL", parallel)],
+            &["ask", "--batch", "q.txt"],
+        );
+        assert_eq!(code, 0, "{err}");
+        let batch: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(batch.len(), 3);
+        for (b, o) in batch.iter().zip(&one_shot) {
+            assert_eq!(b["question"], o["question"]);
+            assert_eq!(
+                b["sources"], o["sources"],
+                "retrieval does not depend on batching"
+            );
+            assert!(!b["answer"].as_str().unwrap().trim().is_empty(), "{b}");
+            assert!(b["timings"]["generated_tokens"].as_u64().unwrap() > 0);
+            if must_equal {
+                assert_eq!(b["answer"], o["answer"], "parallel {parallel}");
+            }
+        }
+    }
+}

@@ -26,6 +26,9 @@ pub type Token = LlamaToken;
 
 use crate::exit::ExitError;
 
+mod batch;
+pub use batch::{Done, Job};
+
 /// llama.cpp allows one backend per process.
 fn backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<std::result::Result<LlamaBackend, String>> = OnceLock::new();

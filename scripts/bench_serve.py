@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""`BENCH=serve make bench`: the warm engine against cold processes, side by side.
+
+Usage: bench_serve.py RAG PROJECT QUESTIONS.yaml OUT.json
+  PROJECT holds an ingested corpus/ and a rag.toml. Prints Markdown table rows on stdout.
+
+1. search: the median of 20 POST /v1/search to one `rag serve` against 20 `rag search`
+   processes (after 2 warm-ups each).
+2. batch: the questions answered by `rag ask --batch` (one process) against one `rag ask`
+   process per question, the prompt cache emptied before each, with where the time goes.
+3. concurrency: 8 clients asking at once through `rag serve` against the same 8 questions
+   asked one after another by one client: generated tokens per second, TTFT and queue time.
+"""
+import json, os, shutil, statistics, subprocess, sys, threading, time, urllib.request
+
+rag, proj, qfile, out = sys.argv[1:5]
+# The `question:` lines of the eval file (plain one-line strings there; no YAML library needed).
+questions = [l.split("question:", 1)[1].strip().strip('"') for l in open(qfile) if l.strip().startswith("question:")]
+env = dict(os.environ)
+
+
+def run(args, **kw):
+    return subprocess.run([rag, "-q", *args], cwd=proj, check=True, stdout=subprocess.PIPE, env=env, **kw)
+
+
+def start_server():
+    p = subprocess.Popen([rag, "serve", "--addr", "127.0.0.1:0"], cwd=proj, stderr=subprocess.PIPE, text=True, env=env)
+    for line in p.stderr:
+        if "listening on http://" in line:
+            addr = line.split("listening on http://")[1].split()[0]
+            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            return p, addr
+    raise SystemExit("rag serve did not start")
+
+
+def post(addr, path, body):
+    req = urllib.request.Request(f"http://{addr}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def median_ms(f, n=20):
+    for _ in range(2):
+        f()
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(ts)
+
+
+def clear_cache():
+    shutil.rmtree(os.path.join(proj, ".rag", "prompt-cache"), ignore_errors=True)
+
+
+def sums(answers):
+    keys = ["retrieval_ms", "prefill_ms", "decode_ms", "generated_tokens"]
+    return {k: sum(a["timings"][k] for a in answers if not a.get("abstained")) for k in keys}
+
+
+res = {}
+rows = []
+server, addr = start_server()
+q = "how does reciprocal rank fusion combine rankings"
+warm = median_ms(lambda: post(addr, "/v1/search", {"query": q, "top_k": 5}))
+server.terminate(); server.wait()
+cold = median_ms(lambda: run(["search", "--json", "-k", "5", q]))
+res["search"] = {"warm_ms": warm, "cold_ms": cold}
+rows.append(f"| search, corpus/, median of 20 | `rag serve` {warm:.1f} ms · `rag search` process {cold:.0f} ms ({cold / warm:.0f}× lower warm) |")
+
+clear_cache()
+t = time.perf_counter()
+seq = [json.loads(run(["ask", "--json", q]).stdout) for q in questions]
+t_seq = time.perf_counter() - t
+clear_cache()
+t = time.perf_counter()
+batch_out = run(["ask", "--batch", "-"], input="\n".join(questions).encode()).stdout
+t_batch = time.perf_counter() - t
+batch = [json.loads(l) for l in batch_out.decode().splitlines()]
+same = sum(a.get("answer") == b.get("answer") for a, b in zip(seq, batch))
+s, b = sums(seq), sums(batch)
+res["batch"] = {"sequential_s": t_seq, "batch_s": t_batch, "sequential": s, "batch": b, "same_answers": same}
+def where(x, total):
+    other = total * 1e3 - x["retrieval_ms"] - x["prefill_ms"] - x["decode_ms"]
+    return f"retrieval {x['retrieval_ms'] / 1e3:.1f} s, prefill {x['prefill_ms'] / 1e3:.1f} s, decode {x['decode_ms'] / 1e3:.1f} s, load and the rest {other / 1e3:.1f} s"
+rows.append(f"| {len(questions)} questions (eval/corpus.yaml), small model | 16 `rag ask` processes {t_seq:.1f} s ({where(s, t_seq)}) · `rag ask --batch` {t_batch:.1f} s ({where(b, t_batch)}): {t_seq / t_batch:.2f}×; {same} of {len(questions)} answers identical |")
+
+server, addr = start_server()
+eight = questions[:8]
+post(addr, "/v1/ask", {"question": eight[0]})  # warm-up: the model's pages and the prompt cache
+def ask_all(concurrent):
+    results = [None] * len(eight)
+    def one(i):
+        t = time.perf_counter()
+        a = post(addr, "/v1/ask", {"question": eight[i]})
+        results[i] = (a, time.perf_counter() - t)
+    t = time.perf_counter()
+    if concurrent:
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(len(eight))]
+        [th.start() for th in ths]; [th.join() for th in ths]
+    else:
+        for i in range(len(eight)):
+            one(i)
+    wall = time.perf_counter() - t
+    toks = sum(a["timings"]["generated_tokens"] for a, _ in results)
+    lat = sorted(l for _, l in results)
+    ttft = sorted(a["timings"]["ttft_ms"] for a, _ in results)
+    return {"wall_s": wall, "tok_per_s": toks / wall, "latency_s": lat, "ttft_ms": ttft}
+one_stream = ask_all(False)
+eight_clients = ask_all(True)
+server.terminate(); server.wait()
+res["concurrency"] = {"one": one_stream, "eight": eight_clients}
+p = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]
+rows.append(
+    f"| 8 clients at once through `rag serve` vs one after another | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
+    f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
+    f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms |")
+json.dump(res, open(out, "w"), indent=1)
+print("\n".join(rows))

@@ -1,0 +1,125 @@
+//! Many questions at once (`rag ask --batch`): each is retrieved, routed and packed as a
+//! one-shot answer, then every question routed to the same generator is generated in one
+//! llama.cpp context, `llm.parallel` sequences at a time (see `llm::batch`), each through
+//! its own loop guard and citer. Answers are checked exactly as one-shot answers are.
+
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+
+use super::{abstained, settle, sources_out, Answerer, Prepared};
+use crate::ask::{should_abstain, stream::AnswerStream, window, Answer, Query, SourceOut, Timings};
+use crate::llm::Job;
+use crate::ui::Ui;
+
+/// A question ready to generate.
+struct Ready {
+    i: usize,
+    prep: Prepared,
+    sources: Vec<SourceOut>,
+    timings: Timings,
+    started: Instant,
+}
+
+impl Answerer<'_> {
+    /// Answers every query (in their order); a question that fails does not stop the rest.
+    pub fn answer_many(&self, qs: &[Query], ui: &Ui) -> Vec<Result<Answer>> {
+        let mut out: Vec<Option<Result<Answer>>> = qs.iter().map(|_| None).collect();
+        let mut ready = Vec::new();
+        for (i, q) in qs.iter().enumerate() {
+            match self.ready(i, q, ui) {
+                Ok(Ok(r)) => ready.push(r),
+                Ok(Err(a)) => out[i] = Some(Ok(a)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        for model in 0..2 {
+            let group: Vec<&Ready> = ready.iter().filter(|r| r.prep.model == model).collect();
+            if group.is_empty() {
+                continue;
+            }
+            match self.generate_group(qs, &group) {
+                Ok(answers) => {
+                    for (r, a) in group.iter().zip(answers) {
+                        out[r.i] = Some(Ok(a));
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    for r in &group {
+                        out[r.i] = Some(Err(anyhow!("{msg}")));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(anyhow!("not answered"))))
+            .collect()
+    }
+
+    /// Retrieves, checks abstention and packs question `i`: ready, or already answered.
+    fn ready(&self, i: usize, q: &Query, ui: &Ui) -> Result<Result<Ready, Answer>> {
+        let started = Instant::now();
+        let mode = q.mode.unwrap_or(self.mode);
+        let (ranked, retrieval_ms) = self.retrieve(q, ui)?;
+        let mut timings = Timings {
+            retrieval_ms,
+            ..Timings::default()
+        };
+        if should_abstain(&ranked, mode, self.settings.retrieval.min_similarity) {
+            timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
+            return Ok(Err(abstained(&q.text, timings, &ranked)));
+        }
+        let prep = self.prepare(&q.text, &ranked)?;
+        Ok(Ok(Ready {
+            i,
+            sources: sources_out(&prep.packed),
+            prep,
+            timings,
+            started,
+        }))
+    }
+
+    /// Generates the answers of `group` (all on one generator) together.
+    fn generate_group(&self, qs: &[Query], group: &[&Ready]) -> Result<Vec<Answer>> {
+        let llm = &self.loaded(group[0].prep.model).llm;
+        let (params, _) = window(&self.settings, llm)?;
+        let texts: Vec<_> = group.iter().map(|r| r.prep.packed.texts()).collect();
+        let add = self.settings.llm.add_citations;
+        let mut states: Vec<(AnswerStream, String)> = texts
+            .iter()
+            .map(|t| (AnswerStream::new(t, add), String::new()))
+            .collect();
+        let mut jobs = Vec::new();
+        for (r, state) in group.iter().zip(states.iter_mut()) {
+            let prompt = llm.chat_tokens(&r.prep.packed.messages)?;
+            jobs.push(Job {
+                prompt,
+                on_piece: Box::new(move |piece: &str| match state.0.push(piece) {
+                    Some(p) => {
+                        state.1.push_str(&p);
+                        true
+                    }
+                    None => false,
+                }),
+            });
+        }
+        let parallel = self.settings.llm.parallel;
+        let done = llm.generate_many(&params, parallel, &self.settings.sampling(), jobs)?;
+        let mut answers = Vec::new();
+        for ((r, (mut stream, mut raw)), d) in group.iter().zip(states).zip(done) {
+            let mut decode = d.decode;
+            settle(&mut stream, &mut raw, &mut decode);
+            answers.push(self.checked(
+                &qs[r.i].text,
+                &r.prep,
+                r.sources.clone(),
+                &raw,
+                (&d.prefill, &decode, stream.added_citations()),
+                r.timings.clone(),
+                r.started,
+            ));
+        }
+        Ok(answers)
+    }
+}

@@ -1,0 +1,235 @@
+//! Several answers generated together in one llama.cpp context, one sequence each
+//! (continuous batching). Each decode step advances every running answer by one token in a
+//! single batch, so the weights are read once per step for all of them instead of once per
+//! answer; when an answer finishes, its sequence is cleared and the next waiting prompt is
+//! prefilled into it while the others wait one step.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+
+use super::{
+    argmax, backend, first_text_token, opens_bracket, repeating_tail, sampler, ContextParams,
+    Decode, Llm, Prefill, Sampling, StopReason, Utf8Stream,
+};
+
+/// One prompt to answer, and where its pieces go (`false` stops that answer).
+pub struct Job<'a> {
+    pub prompt: Vec<LlamaToken>,
+    pub on_piece: Box<dyn FnMut(&str) -> bool + 'a>,
+}
+
+/// What one job's prefill and decode did.
+#[derive(Debug, Clone, Default)]
+pub struct Done {
+    pub prefill: Prefill,
+    pub decode: Decode,
+}
+
+/// A running answer in its sequence.
+struct Slot<'a> {
+    job: usize,
+    seq: i32,
+    /// Position of the next token in its sequence.
+    pos: usize,
+    sampler: LlamaSampler,
+    plain_greedy: bool,
+    generated: Vec<LlamaToken>,
+    utf8: Utf8Stream,
+    prefill: Prefill,
+    out: Decode,
+    started: Instant,
+    on_piece: Box<dyn FnMut(&str) -> bool + 'a>,
+}
+
+impl Llm {
+    /// Generates an answer for every job, up to `parallel` at a time in one context of
+    /// `parallel` sequences of `p.n_ctx` tokens each; results in the jobs' order.
+    pub fn generate_many(
+        &self,
+        p: &ContextParams,
+        parallel: usize,
+        s: &Sampling,
+        jobs: Vec<Job<'_>>,
+    ) -> Result<Vec<Done>> {
+        let n = jobs.len();
+        let n_seq = parallel.clamp(1, n.max(1));
+        let per_seq = if p.n_ctx == 0 {
+            self.model.n_ctx_train()
+        } else {
+            p.n_ctx
+        };
+        let n_batch = (p.n_batch as usize).max(n_seq);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(per_seq * n_seq as u32))
+            .with_n_seq_max(n_seq as u32)
+            .with_n_batch(n_batch as u32)
+            .with_n_ubatch(n_batch as u32)
+            .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
+            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
+        let mut ctx = self.model.new_context(backend()?, params).map_err(|e| {
+            anyhow!("creating a llama.cpp context of {n_seq} sequences of {per_seq} tokens: {e}; lower llm.parallel or llm.n_ctx")
+        })?;
+        let mut pending: VecDeque<(usize, Job)> = jobs.into_iter().enumerate().collect();
+        let mut results: Vec<Option<Done>> = vec![None; n];
+        let mut free: Vec<i32> = (0..n_seq as i32).rev().collect();
+        // Each running slot with the token sampled for it and not yet processed.
+        let mut running: Vec<(Slot, LlamaToken)> = Vec::new();
+        let mut batch = LlamaBatch::new(n_batch, 1);
+        loop {
+            while let (Some(_), false) = (free.last(), pending.is_empty()) {
+                let seq = free.pop().expect("checked");
+                let (job, j) = pending.pop_front().expect("checked");
+                let mut slot =
+                    self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, job, j, s)?;
+                let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
+                running.push((slot, first));
+            }
+            if running.is_empty() {
+                break;
+            }
+            // Handle each sampled token; the answers that go on decode together.
+            batch.clear();
+            let mut next = Vec::new();
+            for (mut slot, token) in running.drain(..) {
+                match advance(&mut slot, token, s, self, per_seq) {
+                    Some(stop) => {
+                        slot.out.stop = stop;
+                        if let Some(tail) = slot.utf8.finish() {
+                            (slot.on_piece)(&tail);
+                        }
+                        slot.out.ms = slot.started.elapsed().as_secs_f64() * 1e3;
+                        results[slot.job] = Some(Done {
+                            prefill: slot.prefill.clone(),
+                            decode: slot.out.clone(),
+                        });
+                        free.push(slot.seq);
+                        let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                    }
+                    None => {
+                        batch.add(token, slot.pos as i32, &[slot.seq], true)?;
+                        slot.pos += 1;
+                        next.push(slot);
+                    }
+                }
+            }
+            if !next.is_empty() {
+                ctx.decode(&mut batch)
+                    .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
+                for (i, mut slot) in next.into_iter().enumerate() {
+                    let t = pick(&mut slot, &ctx, i as i32, s, self);
+                    running.push((slot, t));
+                }
+            }
+        }
+        Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Prefills `job`'s prompt into sequence `seq`, in `n_batch` slices.
+    #[allow(clippy::too_many_arguments)]
+    fn start<'a>(
+        &self,
+        ctx: &mut LlamaContext,
+        batch: &mut LlamaBatch,
+        n_batch: usize,
+        per_seq: u32,
+        seq: i32,
+        job: usize,
+        j: Job<'a>,
+        s: &Sampling,
+    ) -> Result<Slot<'a>> {
+        let started = Instant::now();
+        let prompt = &j.prompt;
+        if prompt.is_empty() || prompt.len() >= per_seq as usize {
+            return Err(anyhow!(
+                "a prompt of {} tokens does not fit a sequence of {per_seq}; raise llm.n_ctx or lower retrieval.top_k",
+                prompt.len()
+            ));
+        }
+        for (k, slice) in prompt.chunks(n_batch).enumerate() {
+            batch.clear();
+            for (i, &t) in slice.iter().enumerate() {
+                let at = k * n_batch + i;
+                batch.add(t, at as i32, &[seq], at == prompt.len() - 1)?;
+            }
+            ctx.decode(batch)
+                .map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
+        }
+        let (sampler, plain_greedy) = sampler(s, &self.model);
+        Ok(Slot {
+            job,
+            seq,
+            pos: prompt.len(),
+            sampler,
+            plain_greedy,
+            generated: Vec::new(),
+            utf8: Utf8Stream::default(),
+            prefill: Prefill {
+                prompt_tokens: prompt.len(),
+                cached_tokens: 0,
+                ms: started.elapsed().as_secs_f64() * 1e3,
+            },
+            out: Decode::default(),
+            started: Instant::now(),
+            on_piece: j.on_piece,
+        })
+    }
+}
+
+/// The next token of `slot` from the logits at batch index `i` (as `Session::generate`).
+fn pick(slot: &mut Slot, ctx: &LlamaContext, i: i32, s: &Sampling, llm: &Llm) -> LlamaToken {
+    let vocab = llm.model.vocab();
+    let token = if slot.plain_greedy {
+        argmax(ctx.get_logits_ith(i))
+    } else {
+        slot.sampler.sample(ctx, i)
+    };
+    if s.text_first && slot.generated.is_empty() && opens_bracket(&vocab, token) {
+        first_text_token(ctx.get_logits_ith(i), &vocab)
+    } else {
+        token
+    }
+}
+
+/// Takes `token` into the answer; `Some(reason)` when the answer stops here.
+fn advance(
+    slot: &mut Slot,
+    token: LlamaToken,
+    s: &Sampling,
+    llm: &Llm,
+    per_seq: u32,
+) -> Option<StopReason> {
+    let vocab = llm.model.vocab();
+    if vocab.is_eog(token) && !s.ignore_eog {
+        return Some(StopReason::EndOfText);
+    }
+    let mut bytes = Vec::new();
+    vocab.token_to_piece_into(token, &mut bytes, false, None);
+    slot.out.tokens += 1;
+    slot.generated.push(token);
+    if let Some(text) = slot.utf8.push(&bytes) {
+        slot.out
+            .first_piece_ms
+            .get_or_insert(slot.started.elapsed().as_secs_f64() * 1e3);
+        if !(slot.on_piece)(&text) {
+            return Some(StopReason::Cancelled);
+        }
+    }
+    if !s.ignore_eog && repeating_tail(&slot.generated, 2).is_some() {
+        return Some(StopReason::Repetition);
+    }
+    if slot.out.tokens >= s.max_tokens as usize {
+        return Some(StopReason::MaxTokens);
+    }
+    if slot.pos + 1 >= per_seq as usize {
+        return Some(StopReason::ContextFull);
+    }
+    None
+}

@@ -1,0 +1,385 @@
+//! `rag serve`: the warm engine over HTTP. One process keeps the index, the embedder and
+//! the generators loaded; searches run in parallel on the worker threads, answers take
+//! turns at the generator through a bounded first-come queue ([`gate`]), and each request
+//! first picks up any index version an ingest committed since the last one.
+//!
+//! Endpoints: `POST /v1/search`, `POST /v1/ask` (JSON, or server-sent events carrying the
+//! `--ndjson` events), `POST /v1/chat/completions` (OpenAI-compatible, see [`openai`]),
+//! `GET /healthz`, `GET /metrics`. tiny_http rather than axum: it is synchronous like the
+//! engine, and axum's server features would rebuild hyper and everything under LanceDB.
+
+mod gate;
+mod http;
+mod metrics;
+mod openai;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use tiny_http::{Method, Request, Server};
+
+use crate::ask::{Answer, Query};
+use crate::engine::{Answerer, Event};
+use crate::exit::{Exit, ExitError};
+use crate::printer::{Format, Printer, SearchHit};
+use crate::ui::Ui;
+
+pub use gate::Busy;
+
+/// Everything the worker threads share.
+struct State<'a, 'rt> {
+    engine: &'a Answerer<'rt>,
+    base: &'a Query,
+    token: Option<&'a str>,
+    gate: gate::Gate,
+    metrics: metrics::Metrics,
+    stop: Arc<AtomicBool>,
+    in_flight: AtomicUsize,
+    /// The engine's Ui with spinners off: many requests share one stderr.
+    ui: Ui,
+}
+
+const ENDPOINTS: &str =
+    "POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics";
+
+/// The address to listen on, checked: anything but loopback needs a token.
+fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
+    let parsed = addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            ExitError::usage(format!(
+                "serve.addr = {addr:?} is not an address to listen on; give HOST:PORT such as 127.0.0.1:8089"
+            ))
+        })?;
+    if token.is_some_and(|t| t.trim().is_empty()) {
+        return Err(ExitError::usage(
+            "the serve token is empty; give a long random string with --token or RAG_SERVE_TOKEN"
+                .into(),
+        ));
+    }
+    if !parsed.ip().is_loopback() && token.is_none() {
+        return Err(ExitError::usage(format!(
+            "listening on {parsed} would let the network read the indexed documents without a password; set a bearer token with --token or RAG_SERVE_TOKEN, or listen on 127.0.0.1"
+        )));
+    }
+    Ok(parsed)
+}
+
+/// Serves until SIGTERM or SIGINT, then finishes the requests in flight and returns.
+pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Result<Exit> {
+    let s = engine.settings().serve.clone();
+    let addr = listen_addr(&s.addr, token)?;
+    engine.preload()?;
+    let server = Server::http(addr).map_err(|e| {
+        ExitError::usage(format!(
+            "cannot listen on {addr}: {e}; choose another address with --addr or serve.addr (port 0 picks a free one)"
+        ))
+    })?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .map_or(addr.to_string(), |a| a.to_string());
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // A second signal while draining exits at once.
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())?;
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let threads = if s.threads == 0 {
+        s.queue + 4
+    } else {
+        s.threads
+    };
+    let state = State {
+        engine,
+        base,
+        token,
+        gate: gate::Gate::new(s.queue),
+        metrics: metrics::Metrics::default(),
+        stop,
+        in_flight: AtomicUsize::new(0),
+        ui: Ui { quiet: true },
+    };
+    // Printed whatever -q says: a script started with port 0 reads the port from it.
+    ui.stderr(&format!(
+        "rag serve: listening on http://{bound} ({ENDPOINTS}){}",
+        if token.is_some() {
+            "; bearer token required"
+        } else {
+            ""
+        }
+    ));
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| worker(&server, &state));
+        }
+    });
+    ui.info("rag serve: stopped after finishing the requests in flight");
+    Ok(Exit::Success)
+}
+
+fn worker(server: &Server, st: &State) {
+    loop {
+        if st.stop.load(Ordering::SeqCst) && st.in_flight.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let req = match server.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("accepting a request: {e}");
+                continue;
+            }
+        };
+        st.in_flight.fetch_add(1, Ordering::SeqCst);
+        let started = Instant::now();
+        let endpoint = endpoint(req.url());
+        let status = if st.stop.load(Ordering::SeqCst) {
+            http::error(
+                req,
+                503,
+                "rag serve is shutting down",
+                &[("Connection", "close".into())],
+            )
+        } else {
+            handle(req, st)
+        };
+        st.metrics
+            .request(endpoint, status, started.elapsed().as_secs_f64());
+        st.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The metrics label of a URL: the endpoint, or "other" (labels must stay few).
+fn endpoint(url: &str) -> &'static str {
+    let path = url.split('?').next().unwrap_or_default();
+    [
+        "/v1/search",
+        "/v1/ask",
+        "/v1/chat/completions",
+        "/healthz",
+        "/metrics",
+    ]
+    .into_iter()
+    .find(|e| *e == path)
+    .unwrap_or("other")
+}
+
+fn handle(mut req: Request, st: &State) -> u16 {
+    let path = req.url().split('?').next().unwrap_or_default().to_string();
+    let method = req.method().clone();
+    if path == "/healthz" {
+        return http::json(req, 200, &json!({"status": "ok"}));
+    }
+    if let Some(token) = st.token {
+        if !http::authorized(&req, token) {
+            return http::error(
+                req,
+                401,
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` (the one given to rag serve --token or RAG_SERVE_TOKEN)",
+                &[("WWW-Authenticate", "Bearer".into())],
+            );
+        }
+    }
+    let allowed = match path.as_str() {
+        "/metrics" => Method::Get,
+        "/v1/search" | "/v1/ask" | "/v1/chat/completions" => Method::Post,
+        _ => {
+            let msg = format!("no endpoint {path}; the endpoints are {ENDPOINTS}");
+            return http::error(req, 404, &msg, &[]);
+        }
+    };
+    if method != allowed {
+        let msg = format!("{path} takes {allowed}, not {method}");
+        return http::error(req, 405, &msg, &[("Allow", allowed.to_string())]);
+    }
+    if path == "/metrics" {
+        let text = st
+            .metrics
+            .render(st.gate.waiting(), st.in_flight.load(Ordering::SeqCst));
+        return http::send(req, 200, "text/plain; version=0.0.4", text, &[]);
+    }
+    let body = match http::body(&mut req) {
+        Ok(b) => b,
+        Err((status, msg)) => return http::error(req, status, &msg, &[]),
+    };
+    refresh(st);
+    match path.as_str() {
+        "/v1/search" => search(req, st, &body),
+        "/v1/ask" => ask(req, st, &body),
+        _ => openai::chat_completions(req, st, &body),
+    }
+}
+
+/// Picks up an index version committed since the last request. A failure (an index being
+/// rebuilt, a new one made with another embedder) keeps serving the version in use.
+fn refresh(st: &State) {
+    match st.engine.refresh() {
+        Ok(true) => {
+            st.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            "the index changed but could not be re-opened; serving the version in use: {e:#}"
+        ),
+    }
+}
+
+fn search(req: Request, st: &State, body: &Value) -> u16 {
+    let q = match crate::api::query(st.base, body, "query", &[]) {
+        Ok(q) => q,
+        Err(e) => return http::error(req, 400, &e, &[]),
+    };
+    match st.engine.retrieve(&q, &st.ui) {
+        Ok((ranked, ms)) => {
+            let hits = SearchHit::all(&ranked);
+            let out = crate::printer::hits(&q.text, &hits, ms, true).stdout;
+            http::send(req, 200, "application/json", out, &[])
+        }
+        Err(e) => http::error(req, 500, &format!("{e:#}"), &[]),
+    }
+}
+
+/// `stream` from the body: absent is false; anything but a boolean is an error.
+fn stream_flag(body: &Value) -> Result<bool, String> {
+    match body.get("stream") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err("stream must be true or false".into()),
+    }
+}
+
+/// How a generated answer went, for the response and the metrics.
+enum Outcome {
+    Answered(Answer),
+    Busy(Busy),
+    Failed(anyhow::Error),
+}
+
+/// Answers `q` (retrieving with `q.text`, asking `question`), waiting for the generator's
+/// turn after retrieval; `on` gets the events.
+fn generate(
+    st: &State,
+    q: &Query,
+    question: &str,
+    on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+) -> Outcome {
+    let mut waited = 0.0;
+    let admit = || {
+        let p = st.gate.enter()?;
+        waited = p.waited.as_secs_f64();
+        Ok(p)
+    };
+    match st
+        .engine
+        .answer_admitted(q, question, true, &st.ui, admit, on)
+    {
+        Ok(a) => {
+            if !a.abstained {
+                st.metrics.answer(&a.timings, waited);
+            }
+            Outcome::Answered(a)
+        }
+        Err(e) => match e.downcast::<Busy>() {
+            Ok(b) => {
+                st.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                Outcome::Busy(b)
+            }
+            Err(e) => Outcome::Failed(e),
+        },
+    }
+}
+
+fn busy(req: Request, b: &Busy) -> u16 {
+    http::error(
+        req,
+        503,
+        &b.to_string(),
+        &[("Retry-After", b.retry_after_s.to_string())],
+    )
+}
+
+fn ask(req: Request, st: &State, body: &Value) -> u16 {
+    let (q, stream) = match crate::api::query(st.base, body, "question", &["stream"])
+        .and_then(|q| Ok((q, stream_flag(body)?)))
+    {
+        Ok(x) => x,
+        Err(e) => return http::error(req, 400, &e, &[]),
+    };
+    let min_similarity = st.engine.settings().retrieval.min_similarity;
+    if !stream {
+        let printer = Printer {
+            format: Format::Json,
+            live: false,
+            stats: false,
+        };
+        return match generate(st, &q, &q.text.clone(), &mut |_| Ok(())) {
+            Outcome::Answered(a) => {
+                let out = printer.answer(&a, min_similarity).stdout;
+                http::send(req, 200, "application/json", out, &[])
+            }
+            Outcome::Busy(b) => busy(req, &b),
+            Outcome::Failed(e) => http::error(req, 500, &format!("{e:#}"), &[]),
+        };
+    }
+    let printer = Printer {
+        format: Format::Ndjson,
+        live: true,
+        stats: false,
+    };
+    let mut sse = http::Sse::new(req);
+    let outcome = generate(st, &q, &q.text.clone(), &mut |e| {
+        for line in printer.event(&e).stdout.lines() {
+            sse.data(line)?;
+        }
+        Ok(())
+    });
+    finish_stream(sse, outcome, |a| {
+        printer
+            .answer(a, min_similarity)
+            .stdout
+            .lines()
+            .map(String::from)
+            .collect()
+    })
+}
+
+/// Ends an event stream: the closing events of an answer, the error as an event, or a
+/// plain error response when nothing was streamed yet.
+fn finish_stream(
+    mut sse: http::Sse,
+    outcome: Outcome,
+    closing: impl Fn(&Answer) -> Vec<String>,
+) -> u16 {
+    let result = match outcome {
+        Outcome::Answered(a) => closing(&a).iter().try_for_each(|l| sse.data(l)),
+        Outcome::Busy(b) => {
+            return match sse.unsent() {
+                Some(req) => busy(req, &b),
+                None => 503,
+            }
+        }
+        Outcome::Failed(e) => {
+            let msg = format!("{e:#}");
+            if matches!(sse, http::Sse::Pending(_)) {
+                let req = sse.unsent().expect("pending");
+                return http::error(req, 500, &msg, &[]);
+            }
+            if matches!(sse, http::Sse::Closed) {
+                // The client hung up mid-answer; generation stopped with it.
+                return 499;
+            }
+            sse.data(&json!({"event": "error", "message": msg}).to_string())
+        }
+    };
+    match result.and_then(|()| sse.finish()) {
+        Ok(()) => 200,
+        Err(_) => 499,
+    }
+}
