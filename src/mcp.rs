@@ -3,8 +3,10 @@
 //! engine serves every call: the index, the embedder and the generators load once.
 //!
 //! Tools: `search` (ranked passages with path and lines) and `ask` (a cited answer, or an
-//! abstention, from the documents). The protocol surface rag needs is four methods
-//! (`initialize`, `ping`, `tools/list`, `tools/call`), written here against the spec
+//! abstention, from the documents). Resources: every indexed file, as the text rag indexed
+//! (`file://` URIs of the project's files). Each request first picks up an index version an
+//! ingest committed since the last one. The protocol surface rag needs is four methods
+//! (`initialize`, `ping`, `tools/list`, `tools/call`, `resources/list`, `resources/read`), written here against the spec
 //! (2025-06-18): the rmcp crate turns on chrono features under LanceDB, which rebuilds
 //! arrow and lance; it can replace this module when that rebuild is batched with others.
 
@@ -105,6 +107,56 @@ fn call(
     }))
 }
 
+/// Every indexed file as a resource.
+fn resources(engine: &Answerer) -> Result<Value, (i64, String)> {
+    let root = &engine.settings().root;
+    let files = engine
+        .indexed_files()
+        .map_err(|e| (-32603, format!("{e:#}")))?;
+    let list: Vec<Value> = files
+        .iter()
+        .filter_map(|f| {
+            let uri = url::Url::from_file_path(root.join(f)).ok()?;
+            Some(json!({
+                "uri": uri.as_str(),
+                "name": f,
+                "title": f,
+                "description": "the text rag indexed from this file",
+                "mimeType": "text/plain"
+            }))
+        })
+        .collect();
+    Ok(json!({ "resources": list }))
+}
+
+/// The indexed text of one file, by its `file://` URI.
+fn read_resource(engine: &Answerer, params: &Value) -> Result<Value, (i64, String)> {
+    let uri = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .ok_or((-32602, "uri is required".to_string()))?;
+    let not_found = || {
+        (
+            -32002,
+            format!("resource not found: {uri} is not an indexed file; resources/list names them"),
+        )
+    };
+    let path = url::Url::parse(uri)
+        .ok()
+        .and_then(|u| u.to_file_path().ok())
+        .and_then(|p| {
+            p.strip_prefix(&engine.settings().root)
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned())
+        })
+        .ok_or_else(not_found)?;
+    let text = engine
+        .indexed_text(&path)
+        .map_err(|e| (-32603, format!("{e:#}")))?
+        .ok_or_else(not_found)?;
+    Ok(json!({ "contents": [{"uri": uri, "mimeType": "text/plain", "text": text}] }))
+}
+
 fn initialize(params: &Value) -> Value {
     let asked = params.get("protocolVersion").and_then(Value::as_str);
     let version = asked
@@ -112,7 +164,7 @@ fn initialize(params: &Value) -> Value {
         .unwrap_or(VERSIONS[0]);
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {"tools": {"listChanged": false}, "resources": {"listChanged": false, "subscribe": false}},
         "serverInfo": {"name": "rag", "title": "rag: offline retrieval over this project's documents", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "Use `search` to find passages in this project's documents and `ask` for a short cited answer. Both read a local index; nothing leaves the machine."
     })
@@ -138,7 +190,16 @@ fn handle(engine: &Answerer, base: &Query, cache: bool, line: &str, ui: &Ui) -> 
         "initialize" => Ok(initialize(&params)),
         "ping" => Ok(json!({})),
         "tools/list" => Ok(json!({"tools": tools()})),
-        "tools/call" => call(engine, base, cache, &params, ui),
+        "tools/call" | "resources/list" | "resources/read" => {
+            if let Err(e) = engine.refresh() {
+                tracing::warn!("the index changed but could not be re-opened: {e:#}");
+            }
+            match method {
+                "tools/call" => call(engine, base, cache, &params, ui),
+                "resources/list" => resources(engine),
+                _ => read_resource(engine, &params),
+            }
+        }
         _ if id.is_none() => return None, // notifications (initialized, cancelled): nothing to say
         other => Err((-32601, format!("method not found: {other}"))),
     };

@@ -200,6 +200,30 @@ impl Retriever {
         Ok(true)
     }
 
+    /// The indexed files (paths relative to the project root), sorted.
+    pub fn files(&self, rt: &tokio::runtime::Runtime) -> Result<Vec<String>> {
+        let mut files: Vec<String> = rt
+            .block_on(self.store().file_states())?
+            .into_values()
+            .filter(|f| f.chunks > 0)
+            .map(|f| f.path)
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// The text the index holds for `path` (its chunks in line order), if it is indexed.
+    pub fn file_text(&self, path: &str, rt: &tokio::runtime::Runtime) -> Result<Option<String>> {
+        let chunks = rt.block_on(self.store().chunks_of(path))?;
+        Ok((!chunks.is_empty()).then(|| {
+            chunks
+                .iter()
+                .map(|c| c.text.as_str())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        }))
+    }
+
     /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
     pub fn widen(&self, ranked: &[Ranked], rt: &tokio::runtime::Runtime) -> Result<Vec<Ranked>> {
         rt.block_on(retrieve::widen_best(

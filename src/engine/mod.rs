@@ -148,6 +148,16 @@ impl<'rt> Answerer<'rt> {
         self.retriever.refresh(&self.settings, self.rt)
     }
 
+    /// The indexed files, relative to the project root (what `rag mcp` lists as resources).
+    pub fn indexed_files(&self) -> Result<Vec<String>> {
+        self.retriever.files(self.rt)
+    }
+
+    /// The text the index holds for one indexed file.
+    pub fn indexed_text(&self, path: &str) -> Result<Option<String>> {
+        self.retriever.file_text(path, self.rt)
+    }
+
     /// Routes and packs the prompt for `ranked`, loading the chosen generator.
     pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);

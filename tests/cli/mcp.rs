@@ -6,6 +6,10 @@ use crate::support::Project;
 fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
     let p = Project::with_docs();
     p.ingest();
+    let uri = format!("file://{}/docs/pump-manual.pdf", p.path().display());
+    let read = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
+    );
     let lines = [
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
@@ -17,6 +21,8 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         r#"{"jsonrpc":"2.0","id":7,"method":"resources/list"}"#,
         r#"this is not JSON"#,
         r#"{"jsonrpc":"2.0","id":8,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#,
+        read.as_str(),
+        r#"{"jsonrpc":"2.0","id":10,"method":"resources/read","params":{"uri":"file:///etc/passwd"}}"#,
     ];
     let out = p
         .rag()
@@ -32,7 +38,7 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         .collect();
     assert_eq!(
         replies.len(),
-        9,
+        11,
         "one reply per request, none for the notification"
     );
     let by_id = |id: i64| replies.iter().find(|r| r["id"] == id).unwrap().clone();
@@ -74,7 +80,35 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         "a bad argument is a tool error"
     );
     assert_eq!(by_id(6)["error"]["code"], -32602);
-    assert_eq!(by_id(7)["error"]["code"], -32601);
+    let files = by_id(7)["result"]["resources"].clone();
+    let pump = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "docs/pump-manual.pdf")
+        .unwrap_or_else(|| panic!("the indexed files are resources: {files}"));
+    let uri = pump["uri"].as_str().unwrap();
+    assert!(
+        uri.starts_with("file:///") && uri.ends_with("/docs/pump-manual.pdf"),
+        "{uri}"
+    );
+    assert_eq!(
+        by_id(1)["result"]["capabilities"]["resources"]["listChanged"],
+        false
+    );
+    let text = by_id(9)["result"]["contents"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("Kestrel"),
+        "the indexed text of the PDF: {text}"
+    );
+    assert_eq!(
+        by_id(10)["error"]["code"],
+        -32002,
+        "only indexed files are readable"
+    );
     assert!(replies.iter().any(|r| r["error"]["code"] == -32700));
     assert_eq!(
         by_id(8)["result"]["protocolVersion"],
