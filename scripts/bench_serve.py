@@ -11,7 +11,10 @@ Usage: bench_serve.py RAG PROJECT QUESTIONS.yaml OUT.json
 3. concurrency: 8 clients asking at once through `rag serve` against the same 8 questions
    asked one after another by one client (prompt cache off, so neither pass reuses the
    other's prompts): generated tokens per second, latency and TTFT.
-Run it on a quiet machine: everything here is wall time.
+4. load: for 2 minutes, 6 clients ask without pause against a queue of 2 (serve.queue):
+   every request must end in 200 or 503 (with Retry-After), none in an error or a hang.
+SERVE_PARTS=search,batch,concurrency,load chooses parts. Run it on a quiet machine:
+everything here is wall time.
 """
 import json, os, shutil, statistics, subprocess, sys, threading, time, urllib.request
 
@@ -63,64 +66,116 @@ def sums(answers):
 
 res = {}
 rows = []
-server, addr = start_server()
-q = "how does reciprocal rank fusion combine rankings"
-warm = median_ms(lambda: post(addr, "/v1/search", {"query": q, "top_k": 5}))
-server.terminate(); server.wait()
-cold = median_ms(lambda: run(["search", "--json", "-k", "5", q]))
-res["search"] = {"warm_ms": warm, "cold_ms": cold}
-rows.append(f"| search, corpus/, median of 20 | `rag serve` {warm:.1f} ms · `rag search` process {cold:.0f} ms ({cold / warm:.0f}× lower warm) |")
+p = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]
 
-clear_cache()
-t = time.perf_counter()
-seq = [json.loads(run(["ask", "--json", q]).stdout) for q in questions]
-t_seq = time.perf_counter() - t
-clear_cache()
-t = time.perf_counter()
-batch_out = run(["ask", "--batch", "-"], input="\n".join(questions).encode()).stdout
-t_batch = time.perf_counter() - t
-batch = [json.loads(l) for l in batch_out.decode().splitlines()]
-same = sum(a.get("answer") == b.get("answer") for a, b in zip(seq, batch))
-s, b = sums(seq), sums(batch)
-res["batch"] = {"sequential_s": t_seq, "batch_s": t_batch, "sequential": s, "batch": b, "same_answers": same}
+
+def search_part():
+    server, addr = start_server()
+    q = "how does reciprocal rank fusion combine rankings"
+    warm = median_ms(lambda: post(addr, "/v1/search", {"query": q, "top_k": 5}))
+    server.terminate(); server.wait()
+    cold = median_ms(lambda: run(["search", "--json", "-k", "5", q]))
+    res["search"] = {"warm_ms": warm, "cold_ms": cold}
+    rows.append(f"| search, corpus/, median of 20 | `rag serve` {warm:.1f} ms · `rag search` process {cold:.0f} ms ({cold / warm:.0f}× lower warm) |")
+
+
 def where(x, total):
     other = total * 1e3 - x["retrieval_ms"] - x["prefill_ms"] - x["decode_ms"]
     return f"retrieval {x['retrieval_ms'] / 1e3:.1f} s, prefill {x['prefill_ms'] / 1e3:.1f} s, decode {x['decode_ms'] / 1e3:.1f} s, load and the rest {other / 1e3:.1f} s"
-# Batched decodes overlap, so their per-answer decode times do not add up to wall time:
-# the batch side is split into retrieval, prefill (one prompt at a time) and the rest.
-b_rest = t_batch - (b["retrieval_ms"] + b["prefill_ms"]) / 1e3
-rows.append(f"| {len(questions)} questions (eval/corpus.yaml), small model | {len(questions)} `rag ask` processes {t_seq:.1f} s ({where(s, t_seq)}) · `rag ask --batch` {t_batch:.1f} s (retrieval {b['retrieval_ms'] / 1e3:.1f} s, prefill {b['prefill_ms'] / 1e3:.1f} s, batched decode, load and the rest {b_rest:.1f} s): {t_seq / t_batch:.2f}×; {same} of {len(questions)} answers identical |")
 
-# The prompt cache off: the second pass would otherwise find every prompt cached by the first.
-server, addr = start_server({"RAG_LLM_PROMPT_CACHE_MB": "0"})
-eight = questions[:8]
-post(addr, "/v1/ask", {"question": eight[0]})  # warm-up: the model's pages and the prompt cache
-def ask_all(concurrent):
-    results = [None] * len(eight)
-    def one(i):
-        t = time.perf_counter()
-        a = post(addr, "/v1/ask", {"question": eight[i]})
-        results[i] = (a, time.perf_counter() - t)
+
+def batch_part():
+    clear_cache()
     t = time.perf_counter()
-    if concurrent:
-        ths = [threading.Thread(target=one, args=(i,)) for i in range(len(eight))]
-        [th.start() for th in ths]; [th.join() for th in ths]
-    else:
-        for i in range(len(eight)):
-            one(i)
-    wall = time.perf_counter() - t
-    toks = sum(a["timings"]["generated_tokens"] for a, _ in results)
-    lat = sorted(l for _, l in results)
-    ttft = sorted(a["timings"]["ttft_ms"] for a, _ in results)
-    return {"wall_s": wall, "tok_per_s": toks / wall, "latency_s": lat, "ttft_ms": ttft}
-one_stream = ask_all(False)
-eight_clients = ask_all(True)
-server.terminate(); server.wait()
-res["concurrency"] = {"one": one_stream, "eight": eight_clients}
-p = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]
-rows.append(
-    f"| 8 clients at once through `rag serve` vs one after another | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
-    f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
-    f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms |")
+    seq = [json.loads(run(["ask", "--json", q]).stdout) for q in questions]
+    t_seq = time.perf_counter() - t
+    clear_cache()
+    t = time.perf_counter()
+    batch_out = run(["ask", "--batch", "-"], input="\n".join(questions).encode()).stdout
+    t_batch = time.perf_counter() - t
+    batch = [json.loads(l) for l in batch_out.decode().splitlines()]
+    same = sum(a.get("answer") == b.get("answer") for a, b in zip(seq, batch))
+    s, b = sums(seq), sums(batch)
+    res["batch"] = {"sequential_s": t_seq, "batch_s": t_batch, "sequential": s, "batch": b, "same_answers": same}
+    # Batched decodes overlap, so their per-answer decode times do not add up to wall time:
+    # the batch side is split into retrieval, prefill (one prompt at a time) and the rest.
+    b_rest = t_batch - (b["retrieval_ms"] + b["prefill_ms"]) / 1e3
+    rows.append(f"| {len(questions)} questions (eval/corpus.yaml), small model | {len(questions)} `rag ask` processes {t_seq:.1f} s ({where(s, t_seq)}) · `rag ask --batch` {t_batch:.1f} s (retrieval {b['retrieval_ms'] / 1e3:.1f} s, prefill {b['prefill_ms'] / 1e3:.1f} s, batched decode, load and the rest {b_rest:.1f} s): {t_seq / t_batch:.2f}×; {same} of {len(questions)} answers identical |")
+
+
+def concurrency_part():
+    # The prompt cache off: the second pass would otherwise find every prompt cached by the first.
+    server, addr = start_server({"RAG_LLM_PROMPT_CACHE_MB": "0"})
+    eight = questions[:8]
+    post(addr, "/v1/ask", {"question": eight[0]})  # warm-up: the model's pages
+
+    def ask_all(concurrent):
+        results = [None] * len(eight)
+
+        def one(i):
+            t = time.perf_counter()
+            a = post(addr, "/v1/ask", {"question": eight[i]})
+            results[i] = (a, time.perf_counter() - t)
+        t = time.perf_counter()
+        if concurrent:
+            ths = [threading.Thread(target=one, args=(i,)) for i in range(len(eight))]
+            [th.start() for th in ths]; [th.join() for th in ths]
+        else:
+            for i in range(len(eight)):
+                one(i)
+        wall = time.perf_counter() - t
+        toks = sum(a["timings"]["generated_tokens"] for a, _ in results)
+        lat = sorted(l for _, l in results)
+        ttft = sorted(a["timings"]["ttft_ms"] for a, _ in results)
+        return {"wall_s": wall, "tok_per_s": toks / wall, "latency_s": lat, "ttft_ms": ttft}
+    one_stream = ask_all(False)
+    eight_clients = ask_all(True)
+    server.terminate(); server.wait()
+    res["concurrency"] = {"one": one_stream, "eight": eight_clients}
+    rows.append(
+        f"| 8 clients at once through `rag serve` vs one after another | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
+        f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
+        f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms |")
+
+
+def load_part(seconds=120, clients=6, queue=2):
+    server, addr = start_server({"RAG_SERVE_QUEUE": str(queue)})
+    counts, lock, waits = {}, threading.Lock(), []
+    end = time.time() + seconds
+
+    def client(k):
+        i = k
+        while time.time() < end:
+            req = urllib.request.Request(f"http://{addr}/v1/ask", data=json.dumps({"question": questions[i % len(questions)]}).encode())
+            i += clients
+            try:
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    json.loads(r.read())
+                    key = "200"
+            except urllib.error.HTTPError as e:
+                key = str(e.code)
+                if e.code == 503:
+                    if e.headers.get("Retry-After", "").isdigit():
+                        with lock:
+                            waits.append(int(e.headers["Retry-After"]))
+                    else:
+                        key = "503 without Retry-After"
+                    time.sleep(0.2)
+            except Exception as e:  # a refused connection, a reset, a timeout: a lost request
+                key = f"failed ({type(e).__name__})"
+            with lock:
+                counts[key] = counts.get(key, 0) + 1
+    ths = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    [t.start() for t in ths]; [t.join() for t in ths]
+    server.terminate(); server.wait()
+    res["load"] = {"counts": counts, "retry_after_s": waits}
+    lost = sum(n for k, n in counts.items() if k not in ("200", "503"))
+    rows.append(f"| {seconds // 60} min, {clients} clients without pause, serve.queue = {queue} | {counts.get('200', 0)} answered, {counts.get('503', 0)} refused with 503 + Retry-After (median {statistics.median(waits) if waits else 0} s), {lost} lost or failed otherwise |")
+
+
+import urllib.error
+for name, part in [("search", search_part), ("batch", batch_part), ("concurrency", concurrency_part), ("load", load_part)]:
+    if name in os.environ.get("SERVE_PARTS", "search,batch,concurrency,load").split(","):
+        part()
 json.dump(res, open(out, "w"), indent=1)
 print("\n".join(rows))
