@@ -236,15 +236,11 @@ pub fn run(cli: Cli) -> Result<Exit> {
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
         Command::Mcp(a) => {
-            let q = query(&settings, "", &a.retrieval, verbose);
-            let mode = q.mode.unwrap_or(settings.retrieval.mode);
-            let engine = engine::Answerer::open(&settings, mode, false, &rt)?;
+            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose, &rt)?;
             mcp::serve(&engine, &q, true, &ui)
         }
         Command::Serve(a) => {
-            let q = query(&settings, "", &a.retrieval, verbose);
-            let mode = q.mode.unwrap_or(settings.retrieval.mode);
-            let engine = engine::Answerer::open(&settings, mode, false, &rt)?;
+            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose, &rt)?;
             serve::run(&engine, &q, a.token.as_deref(), &ui)
         }
         Command::Chat(a) => {
@@ -258,6 +254,19 @@ pub fn run(cli: Cli) -> Result<Exit> {
             )
         }
     }
+}
+
+/// The engine a long-running front end (`mcp`, `serve`) keeps, and the query defaults its
+/// requests start from.
+fn warm_engine<'rt>(
+    settings: &config::Settings,
+    r: &cli::RetrievalArgs,
+    verbose: bool,
+    rt: &'rt tokio::runtime::Runtime,
+) -> Result<(engine::Answerer<'rt>, ask::Query)> {
+    let q = query(settings, "", r, verbose);
+    let mode = q.mode.unwrap_or(settings.retrieval.mode);
+    Ok((engine::Answerer::open(settings, mode, false, rt)?, q))
 }
 
 fn ingest_command(

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 
-use super::{abstained, settle, sources_out, Answerer, Prepared};
-use crate::ask::{should_abstain, stream::AnswerStream, window, Answer, Query, SourceOut, Timings};
+use super::{settle, sources_out, Answerer, Prepared};
+use crate::ask::{stream::AnswerStream, window, Answer, Query, SourceOut, Timings};
 use crate::llm::Job;
 use crate::ui::Ui;
 
@@ -59,24 +59,17 @@ impl Answerer<'_> {
 
     /// Retrieves, checks abstention and packs question `i`: ready, or already answered.
     fn ready(&self, i: usize, q: &Query, ui: &Ui) -> Result<Result<Ready, Answer>> {
-        let started = Instant::now();
-        let mode = q.mode.unwrap_or(self.mode);
-        let (ranked, retrieval_ms) = self.retrieve(q, ui)?;
-        let mut timings = Timings {
-            retrieval_ms,
-            ..Timings::default()
+        let r = match self.retrieve_checked(q, &q.text, ui)? {
+            Ok(r) => r,
+            Err(abstention) => return Ok(Err(abstention)),
         };
-        if should_abstain(&ranked, mode, self.settings.retrieval.min_similarity) {
-            timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-            return Ok(Err(abstained(&q.text, timings, &ranked)));
-        }
-        let prep = self.prepare(&q.text, &ranked)?;
+        let prep = self.prepare(&q.text, &r.ranked)?;
         Ok(Ok(Ready {
             i,
             sources: sources_out(&prep.packed),
             prep,
-            timings,
-            started,
+            timings: r.timings,
+            started: r.started,
         }))
     }
 

@@ -64,6 +64,13 @@ pub struct Answerer<'rt> {
     rt: &'rt tokio::runtime::Runtime,
 }
 
+/// Retrieval that did not abstain, and when the answer started.
+struct Retrieved {
+    ranked: Vec<Ranked>,
+    timings: Timings,
+    started: Instant,
+}
+
 /// What the engine decided before generating: the route, the packed prompt and its tokens.
 pub struct Prepared {
     pub route: route::Route,
@@ -270,6 +277,24 @@ impl<'rt> Answerer<'rt> {
         admit: impl FnOnce() -> Result<G>,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<Answer> {
+        let r = match self.retrieve_checked(q, question, ui)? {
+            Ok(r) => r,
+            Err(abstention) => return Ok(abstention),
+        };
+        let _admitted = admit()?;
+        let prep = self.prepare(question, &r.ranked)?;
+        let sources = announce(&prep, r.timings.retrieval_ms, on)?;
+        self.generate(question, prep, sources, r.timings, r.started, cache, ui, on)
+    }
+
+    /// Retrieves for `q` and applies rag's abstention check: the ranked spans and the
+    /// timings so far, or the abstention (what one-shot and batch answers share).
+    fn retrieve_checked(
+        &self,
+        q: &Query,
+        question: &str,
+        ui: &Ui,
+    ) -> Result<Result<Retrieved, Answer>> {
         let started = Instant::now();
         let mode = q.mode.unwrap_or(self.mode);
         let (ranked, retrieval_ms) = self.retrieve(q, ui)?;
@@ -279,12 +304,13 @@ impl<'rt> Answerer<'rt> {
         };
         if should_abstain(&ranked, mode, self.settings.retrieval.min_similarity) {
             timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-            return Ok(abstained(question, timings, &ranked));
+            return Ok(Err(abstained(question, timings, &ranked)));
         }
-        let _admitted = admit()?;
-        let prep = self.prepare(question, &ranked)?;
-        let sources = announce(&prep, retrieval_ms, on)?;
-        self.generate(question, prep, sources, timings, started, cache, ui, on)
+        Ok(Ok(Retrieved {
+            ranked,
+            timings,
+            started,
+        }))
     }
 
     /// Prefills `tokens`, first restoring the longest cached prefix from the persistent

@@ -127,6 +127,46 @@ fn serve_searches_answers_streams_speaks_openai_and_picks_up_a_new_ingest() {
     let srv = start(&p, &[], &[]);
     let a = srv.addr.as_str();
 
+    check_search_and_errors(a);
+    let answer = check_ask(a);
+    check_chat(a, &answer);
+    // A new ingest while serving: the next request sees it, without a restart.
+    p.doc(
+        "heron.md",
+        "# Heron gearbox\n\nThe Heron gearbox takes 3.5 litres of ISO VG 220 oil.\n",
+    );
+    p.ingest();
+    let found = call(
+        a,
+        "POST",
+        "/v1/search",
+        r#"{"query": "Heron gearbox oil", "top_k": 1}"#,
+    );
+    assert_eq!(
+        found.json()["hits"][0]["path"],
+        "docs/heron.md",
+        "{}",
+        found.body
+    );
+
+    let metrics = call(a, "GET", "/metrics", "").body;
+    assert!(
+        metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"200\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"400\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("rag_index_reloads_total 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("rag_time_to_first_token_seconds_count 4\n"),
+        "{metrics}"
+    );
+}
+
+/// Search, and the errors a client gets for a bad body, method or path.
+fn check_search_and_errors(a: &str) {
     assert_eq!(call(a, "GET", "/healthz", "").json()["status"], "ok");
     let search = call(
         a,
@@ -146,7 +186,10 @@ fn serve_searches_answers_streams_speaks_openai_and_picks_up_a_new_ingest() {
     assert_eq!(call(a, "POST", "/v1/search", "not json").status, 400);
     assert_eq!(call(a, "GET", "/v1/search", "").status, 405);
     assert_eq!(call(a, "POST", "/v2/everything", "{}").status, 404);
+}
 
+/// One answer as JSON and streamed; returns the JSON one.
+fn check_ask(a: &str) -> Value {
     // One answer as JSON: the `ask --json` schema.
     let ask = call(
         a,
@@ -187,7 +230,11 @@ fn serve_searches_answers_streams_speaks_openai_and_picks_up_a_new_ingest() {
         done["answer"]["answer"], answer["answer"],
         "temperature 0: the same answer streamed or not"
     );
+    answer
+}
 
+/// The OpenAI-compatible endpoint, plain and streamed, against `answer` from /v1/ask.
+fn check_chat(a: &str, answer: &Value) {
     // OpenAI-compatible chat: the answer, its sources in the content and under `rag`.
     let body = format!(
         r#"{{"model": "anything", "messages": [{{"role": "system", "content": "be brief"}}, {{"role": "user", "content": "{QUESTION}"}}]}}"#
@@ -223,40 +270,6 @@ fn serve_searches_answers_streams_speaks_openai_and_picks_up_a_new_ingest() {
     assert_eq!(
         chunks.last().unwrap()["choices"][0]["finish_reason"],
         "stop"
-    );
-
-    // A new ingest while serving: the next request sees it, without a restart.
-    p.doc(
-        "heron.md",
-        "# Heron gearbox\n\nThe Heron gearbox takes 3.5 litres of ISO VG 220 oil.\n",
-    );
-    p.ingest();
-    let found = call(
-        a,
-        "POST",
-        "/v1/search",
-        r#"{"query": "Heron gearbox oil", "top_k": 1}"#,
-    );
-    assert_eq!(
-        found.json()["hits"][0]["path"],
-        "docs/heron.md",
-        "{}",
-        found.body
-    );
-
-    let metrics = call(a, "GET", "/metrics", "").body;
-    assert!(
-        metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"200\"} 2"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"400\"} 2"),
-        "{metrics}"
-    );
-    assert!(metrics.contains("rag_index_reloads_total 1\n"), "{metrics}");
-    assert!(
-        metrics.contains("rag_time_to_first_token_seconds_count 4\n"),
-        "{metrics}"
     );
 }
 
