@@ -7,7 +7,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RAG := $(TARGET_DIR)/release/rag
 QUESTION ?= What does the KV cache store?
 
-.PHONY: setup build demo test stress bench eval man
+.PHONY: setup build demo test test-remote stress bench eval man
 
 setup:
 	scripts/setup.sh
@@ -30,6 +30,11 @@ test: setup
 stress: setup
 	RAG_FUZZ_CASES=120000 $(CARGO) test --release --locked --lib fuzz
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
+
+# Remote backends against a real llama-server, built from llama.cpp's source on first use
+# (about 10 minutes on 2 cores; scripts/llama-server.sh) and started by the tests on 127.0.0.1.
+test-remote: setup
+	RAG_LLAMA_SERVER=$$(scripts/llama-server.sh) $(CARGO) test --release --locked --test cli remote:: -- --ignored
 
 # Man pages generated from the clap definitions (rag.1 and rag-COMMAND.1).
 man: build

@@ -13,6 +13,9 @@
 #   cite     : citations on eval/corpus.yaml (rag eval --answers), with rag's added
 #              markers and without, per generator.
 #
+#   remote   : (only when asked, BENCH=remote) the same GGUF in process and through
+#              llama-server: scripts/bench_remote.sh.
+#
 # BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
 
@@ -22,6 +25,7 @@ rag=$target/release/rag
 bench=${BENCH_DIR:-$HOME/.cache/rag/bench}
 threads=${THREADS:-$(nproc)}
 what=${BENCH:-all}
+[ "$what" = remote ] && exec "$root/scripts/bench_remote.sh"
 mkdir -p "$bench"
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }

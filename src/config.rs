@@ -36,6 +36,17 @@ impl Pooling {
     }
 }
 
+/// Where a generator runs: `llm.backend`, `llm.large_backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// In this process, through llama.cpp, on the GGUF file `llm.model` / `llm.large_model`.
+    Local,
+    /// An OpenAI-compatible chat-completions server at `llm.url` (llama-server, vLLM,
+    /// Ollama, a hosted API).
+    Openai,
+}
+
 /// Which generator answers: `llm.route`, `--model small|large|auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,6 +112,20 @@ pub struct EmbedSettings {
     pub query_prefix: String,
     /// Put before every chunk (e5: "passage: "); part of the index's identity.
     pub passage_prefix: String,
+    /// Where embeddings are computed: local (ONNX Runtime, `embed.model`) or openai (an
+    /// OpenAI-compatible `/embeddings` server at `embed.url`). Chunks are still sized with
+    /// the tokenizer in `embed.tokenizer_dir`: point it at the served model's.
+    pub backend: Backend,
+    /// Base URL (`…/v1`) of the embeddings server.
+    pub url: String,
+    /// Environment variable holding its API key; empty sends none.
+    pub api_key_env: String,
+    /// Model name sent; empty = the first its `/models` lists. Part of the index's identity.
+    pub remote_model: String,
+    /// Seconds one remote embeddings request may take.
+    pub timeout_s: f64,
+    /// Retries of a request that could not connect or got 429 / 5xx.
+    pub retries: u32,
 }
 
 /// An optional cross-encoder that re-scores the fused candidates (off while `model` is empty).
@@ -166,6 +191,9 @@ pub struct RetrievalSettings {
     pub compress: usize,
     /// `rag ask` abstains when the best chunk's cosine similarity to the question is below this.
     pub min_similarity: f32,
+    /// Order of the sources in the prompt: path (shared prefixes for the KV cache),
+    /// best_first or best_last (next to the question).
+    pub source_order: crate::ask::prompt::Order,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -208,8 +236,32 @@ pub struct LlmSettings {
     pub prompt_cache_mb: u64,
     /// The answer may not start with `[` (a bare "[S1]" instead of an answer).
     pub text_first: bool,
-    /// Answers `ask --batch` generates together in one context, one sequence each.
+    /// The instructions (system message) every prompt starts with; empty = rag's own,
+    /// measured on the dev set (see README: Quality).
+    pub system_prompt: String,
+    /// Answers `ask --batch` generates together in one context, one sequence each (with a
+    /// remote backend: requests in flight at once).
     pub parallel: usize,
+    /// Where the small generator runs: local (llama.cpp in this process) or openai (a server).
+    pub backend: Backend,
+    /// Where the large generator runs, so `--model large` can go to a GPU server while
+    /// small answers stay local.
+    pub large_backend: Backend,
+    /// Base URL of the OpenAI-compatible API (`…/v1`) for a remote backend.
+    pub url: String,
+    /// Name of the environment variable holding the API key sent as a bearer token; empty
+    /// sends none (so a key is never sent to a server nobody named it for).
+    pub api_key_env: String,
+    /// Model name sent to the server; empty = the first model its `/models` lists.
+    pub remote_model: String,
+    /// Tokenizer that packs prompts for a remote generator: the same GGUF (exact, chat
+    /// template included) or a Hugging Face tokenizer.json; empty = the server's
+    /// `/tokenize` when it has one, else an estimate (see README: remote generators).
+    pub tokenizer: PathBuf,
+    /// Seconds one remote request may take, streaming included.
+    pub timeout_s: f64,
+    /// Retries of a remote request that could not connect or got 429 / 5xx, with backoff.
+    pub retries: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -270,6 +322,12 @@ impl Default for EmbedSettings {
             pooling: Pooling::Mean,
             query_prefix: String::new(),
             passage_prefix: String::new(),
+            backend: Backend::Local,
+            url: "http://127.0.0.1:8081/v1".into(),
+            api_key_env: String::new(),
+            remote_model: String::new(),
+            timeout_s: 120.0,
+            retries: 3,
         }
     }
 }
@@ -300,6 +358,7 @@ impl Default for RetrievalSettings {
             neighbors: 1,
             compress: 0,
             min_similarity: 0.25,
+            source_order: crate::ask::prompt::Order::Path,
         }
     }
 }
@@ -336,7 +395,16 @@ impl Default for LlmSettings {
             add_citations: true,
             prompt_cache_mb: 512,
             text_first: true,
+            system_prompt: String::new(),
             parallel: 4,
+            backend: Backend::Local,
+            large_backend: Backend::Local,
+            url: "http://127.0.0.1:8080/v1".into(),
+            api_key_env: String::new(),
+            remote_model: String::new(),
+            tokenizer: PathBuf::new(),
+            timeout_s: 300.0,
+            retries: 3,
         }
     }
 }
@@ -351,6 +419,7 @@ const PATH_KEYS: &[&str] = &[
     "rerank.tokenizer_dir",
     "llm.model",
     "llm.large_model",
+    "llm.tokenizer",
 ];
 
 /// One layer of overrides from the command line: (`section.key`, value).
@@ -713,7 +782,9 @@ impl Settings {
     /// The first number outside its valid range, as a message naming key, value and range.
     fn out_of_range(&self) -> Option<String> {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
-        let floats: [(&str, f64, f64, f64); 11] = [
+        let floats: [(&str, f64, f64, f64); 13] = [
+            ("embed.timeout_s", self.embed.timeout_s, 0.1, 86_400.0),
+            ("llm.timeout_s", l.timeout_s, 0.1, 86_400.0),
             (
                 "retrieval.min_similarity",
                 r.min_similarity.into(),
@@ -736,7 +807,9 @@ impl Settings {
                 return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
             }
         }
-        let ints: [(&str, u64, u64, u64); 14] = [
+        let ints: [(&str, u64, u64, u64); 16] = [
+            ("embed.retries", self.embed.retries.into(), 0, 100),
+            ("llm.retries", l.retries.into(), 0, 100),
             ("llm.parallel", l.parallel as u64, 1, 256),
             ("serve.queue", self.serve.queue as u64, 0, 100_000),
             ("serve.threads", self.serve.threads as u64, 0, 1_024),

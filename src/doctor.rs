@@ -78,10 +78,14 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
             out.push(check(
                 "embedder",
                 Status::Ok,
-                format!(
-                    "{} ({} dims, {} pooling), ONNX Runtime loaded",
-                    e.info.name, e.info.dim, e.info.pooling
-                ),
+                if s.embed.backend == crate::config::Backend::Openai {
+                    format!("{} ({} dims) at {}", e.info.name, e.info.dim, s.embed.url)
+                } else {
+                    format!(
+                        "{} ({} dims, {} pooling), ONNX Runtime loaded",
+                        e.info.name, e.info.dim, e.info.pooling
+                    )
+                },
             ));
             Some(e)
         }
@@ -90,17 +94,31 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
             None
         }
     };
-    out.extend(checksum(&s.embed.model, memo));
+    if s.embed.backend == crate::config::Backend::Local {
+        out.extend(checksum(&s.embed.model, memo));
+    }
     if !s.rerank.model.as_os_str().is_empty() {
         out.push(match Reranker::load(&s.rerank, &s.embed) {
             Ok(_) => check("reranker", Status::Ok, s.rerank.model.display().to_string()),
             Err(e) => check("reranker", Status::Fail, format!("{e:#}")),
         });
     }
-    for (name, path, required) in [
-        ("generator (small)", &s.llm.model, true),
-        ("generator (large)", &s.llm.large_model, false),
+    for (name, backend, path, required) in [
+        ("generator (small)", s.llm.backend, &s.llm.model, true),
+        (
+            "generator (large)",
+            s.llm.large_backend,
+            &s.llm.large_model,
+            false,
+        ),
     ] {
+        if backend == crate::config::Backend::Openai {
+            out.push(match crate::remote::Generator::open(&s.llm) {
+                Ok(g) => check(name, Status::Ok, format!("{} answers", g.name())),
+                Err(e) => check(name, Status::Fail, format!("{e:#}")),
+            });
+            continue;
+        }
         if !required && !path.exists() {
             out.push(check(name, Status::Warn, format!(
                 "{} not installed: --model large and auto routing fall back to the small model; `scripts/setup.sh --large` fetches it",

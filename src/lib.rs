@@ -34,6 +34,7 @@ pub mod mcp;
 pub mod printer;
 pub mod project;
 pub mod promptcache;
+pub mod remote;
 pub mod retrieve;
 pub mod serve;
 pub mod shell;

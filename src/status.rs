@@ -80,14 +80,25 @@ pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
             Err(_) => missing += 1,
         }
     }
-    let generators = [("small", &s.llm.model), ("large", &s.llm.large_model)]
-        .into_iter()
-        .map(|(role, path)| Generator {
+    let l = &s.llm;
+    let generators = [
+        ("small", l.backend, &l.model),
+        ("large", l.large_backend, &l.large_model),
+    ]
+    .into_iter()
+    .map(|(role, backend, path)| match backend {
+        crate::config::Backend::Local => Generator {
             role,
             path: path.clone(),
             bytes: std::fs::metadata(path).ok().map(|m| m.len()),
-        })
-        .collect();
+        },
+        crate::config::Backend::Openai => Generator {
+            role,
+            path: l.url.clone().into(),
+            bytes: None,
+        },
+    })
+    .collect();
     let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
     Ok(Status {
         index: dir.clone(),
@@ -146,7 +157,10 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
         ),
     ];
     for g in &st.generators {
-        let size = g.bytes.map_or("missing".into(), mib);
+        let remote = g.path.to_string_lossy().starts_with("http");
+        let size = g
+            .bytes
+            .map_or(if remote { "server" } else { "missing" }.into(), mib);
         let label = if g.role == "small" {
             "generator"
         } else {

@@ -20,6 +20,8 @@ mod mcp;
 mod project;
 #[path = "cli/prompt.rs"]
 mod prompt;
+#[path = "cli/remote.rs"]
+mod remote;
 #[path = "cli/retrieval.rs"]
 mod retrieval;
 #[path = "cli/safety.rs"]

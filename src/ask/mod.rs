@@ -20,7 +20,7 @@ use crate::config::{threads, Settings};
 use crate::embed::{Embedder, Reranker};
 use crate::engine::{Answerer, Event};
 use crate::exit::Exit;
-use crate::llm::{ContextParams, Llm, StopReason};
+use crate::llm::{ContextParams, StopReason};
 use crate::printer::Format;
 use crate::retrieve::{self, Fusion, Mode, Ranked};
 use crate::store::{Stamp, Store};
@@ -345,9 +345,14 @@ pub fn search(
 
 /// The context for `llm` (n_ctx 0 = the model's training context) and the tokens reserved
 /// for the answer; an error when the answer would leave no room for a prompt.
-pub fn window(settings: &Settings, llm: &Llm) -> Result<(ContextParams, usize)> {
+/// The context window and the answer's reserve; `n_ctx_train` gives the generator's own
+/// window when `llm.n_ctx = 0`.
+pub fn window(
+    settings: &Settings,
+    n_ctx_train: impl FnOnce() -> Result<u32>,
+) -> Result<(ContextParams, usize)> {
     let n_ctx = if settings.llm.n_ctx == 0 {
-        llm.n_ctx_train()
+        n_ctx_train()?
     } else {
         settings.llm.n_ctx
     };

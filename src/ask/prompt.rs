@@ -118,10 +118,15 @@ pub struct Turn {
 
 /// System message, earlier turns unchanged (so their tokens stay a cached prefix), then the
 /// new user turn.
-pub fn conversation(history: &[Turn], blocks: &[String], question: &str) -> Vec<Message> {
+pub fn conversation(
+    history: &[Turn],
+    blocks: &[String],
+    question: &str,
+    system: &str,
+) -> Vec<Message> {
     let mut out = vec![Message {
         role: "system",
-        parts: vec![SYSTEM.to_string()],
+        parts: vec![system.to_string()],
     }];
     for t in history {
         out.push(Message {
@@ -141,8 +146,8 @@ pub fn conversation(history: &[Turn], blocks: &[String], question: &str) -> Vec<
 }
 
 /// The messages of a single question.
-pub fn messages(blocks: &[String], question: &str) -> Vec<Message> {
-    conversation(&[], blocks, question)
+pub fn messages(blocks: &[String], question: &str, system: &str) -> Vec<Message> {
+    conversation(&[], blocks, question, system)
 }
 
 /// Packs hits (best first) into `budget` prompt tokens. `overhead` is the token count of the
@@ -155,7 +160,44 @@ pub fn pack(
     overhead: usize,
     count: &dyn Fn(&str) -> usize,
 ) -> Packed {
-    pack_turn(&[], question, ranked, budget, overhead, count)
+    pack_turn(
+        &[],
+        question,
+        ranked,
+        budget,
+        overhead,
+        count,
+        Style::default(),
+    )
+}
+
+/// How the prompt is laid out: its instructions (`llm.system_prompt`, else [`SYSTEM`]) and
+/// the order of its sources.
+#[derive(Debug, Clone, Copy)]
+pub struct Style<'a> {
+    pub system: &'a str,
+    pub order: Order,
+}
+
+impl Default for Style<'_> {
+    fn default() -> Self {
+        Style {
+            system: SYSTEM,
+            order: Order::Path,
+        }
+    }
+}
+
+/// The order of the packed sources in the prompt (`retrieval.source_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// By path and line: two asks that retrieve the same sources share the prompt prefix.
+    Path,
+    /// The best-ranked source first.
+    BestFirst,
+    /// The best-ranked source last, next to the question.
+    BestLast,
 }
 
 /// [`pack`] for a turn that follows `history`; `overhead` counts the history too.
@@ -166,6 +208,7 @@ pub fn pack_turn(
     budget: usize,
     overhead: usize,
     count: &dyn Fn(&str) -> usize,
+    style: Style,
 ) -> Packed {
     let mut used = overhead;
     let mut kept: Vec<(usize, &Hit, f32)> = Vec::new();
@@ -181,11 +224,15 @@ pub fn pack_turn(
             dropped.push(hit.clone());
         }
     }
-    kept.sort_by(|a, b| {
-        a.1.path
-            .cmp(&b.1.path)
-            .then(a.1.line_start.cmp(&b.1.line_start))
-    });
+    match style.order {
+        Order::Path => kept.sort_by(|a, b| {
+            a.1.path
+                .cmp(&b.1.path)
+                .then(a.1.line_start.cmp(&b.1.line_start))
+        }),
+        Order::BestFirst => {}
+        Order::BestLast => kept.reverse(),
+    }
     let sources: Vec<Source> = kept
         .into_iter()
         .enumerate()
@@ -199,7 +246,7 @@ pub fn pack_turn(
     let blocks: Vec<String> = sources.iter().map(|s| source_block(s.n, &s.hit)).collect();
     let prompt_tokens = overhead + blocks.iter().map(|b| count(b)).sum::<usize>();
     Packed {
-        messages: conversation(history, &blocks, question),
+        messages: conversation(history, &blocks, question, style.system),
         sources,
         dropped,
         prompt_tokens,
@@ -260,6 +307,31 @@ mod tests {
         assert_eq!(p.sources[0].rank, 3);
         assert_eq!(p.sources[1].hit.path, "b.md");
         assert!(p.prompt_tokens <= 20 + 2 * 16);
+    }
+
+    #[test]
+    fn source_order_puts_the_best_source_first_or_next_to_the_question() {
+        let ranked = vec![
+            (hit("b.md", 1, 10), 0.9),
+            (hit("c.md", 1, 10), 0.8),
+            (hit("a.md", 1, 10), 0.7),
+        ];
+        let paths = |order| -> Vec<String> {
+            let style = Style {
+                order,
+                ..Style::default()
+            };
+            let p = pack_turn(&[], "q?", &ranked, 1000, 0, &words, style);
+            let user = p.messages[1].parts.concat();
+            assert!(
+                user.find("id=\"S1\"") < user.find("id=\"S2\""),
+                "labelled in order"
+            );
+            p.sources.iter().map(|s| s.hit.path.clone()).collect()
+        };
+        assert_eq!(paths(Order::Path), ["a.md", "b.md", "c.md"]);
+        assert_eq!(paths(Order::BestFirst), ["b.md", "c.md", "a.md"]);
+        assert_eq!(paths(Order::BestLast), ["a.md", "c.md", "b.md"]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Text embeddings with fastembed on ONNX Runtime, loaded from local files only (crates
-//! fastembed and ort live here and nowhere else). Also owns the embedder's tokenizer, which
+//! fastembed and ort live here and nowhere else), or from an OpenAI-compatible server
+//! (`embed.backend = "openai"`, see `remote::embed`). Also owns the embedder's tokenizer, which
 //! the chunker uses to size chunks, so a chunk is never silently truncated by the model.
 //! The optional cross-encoder reranker lives in [`rerank`].
 
@@ -39,8 +40,14 @@ fn mean() -> String {
     "mean".into()
 }
 
+/// Where the vectors come from.
+enum Model {
+    Local(Box<TextEmbedding>),
+    Remote(crate::remote::Embeddings),
+}
+
 pub struct Embedder {
-    model: TextEmbedding,
+    model: Model,
     /// The model's tokenizer without truncation or padding, for counting.
     counter: Tokenizer,
     pub info: ModelInfo,
@@ -163,6 +170,9 @@ impl Embedder {
     fn load_inner(s: &EmbedSettings) -> Result<Embedder> {
         // Tokenizing runs on the calling thread: no rayon pool competing with ONNX Runtime.
         tokenizers::utils::parallelism::set_parallelism(false);
+        if s.backend == crate::config::Backend::Openai {
+            return Self::remote(s);
+        }
         let keys = "embed.model / embed.tokenizer_dir";
         let onnx = read(&s.model, "embedding model", keys)?;
         let files = tokenizer_files(&s.tokenizer_dir, keys)?;
@@ -209,7 +219,7 @@ impl Embedder {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         Ok(Embedder {
-            model,
+            model: Model::Local(Box::new(model)),
             counter,
             info: ModelInfo {
                 name,
@@ -218,6 +228,41 @@ impl Embedder {
                 pooling: s.pooling.as_str().to_string(),
                 passage_prefix: s.passage_prefix.clone(),
             },
+            max_length: s.max_length,
+            batch_size: s.batch_size,
+            query_prefix: s.query_prefix.clone(),
+        })
+    }
+
+    /// An embeddings server: the index records `openai:MODEL` and its dimension, so its
+    /// vectors never mix with another model's; the chunker counts with the tokenizer in
+    /// `embed.tokenizer_dir`.
+    fn remote(s: &EmbedSettings) -> Result<Embedder> {
+        let path = s.tokenizer_dir.join("tokenizer.json");
+        read(&path, "tokenizer file", "embed.tokenizer_dir")?;
+        let mut counter = Tokenizer::from_file(&path).map_err(|e| {
+            ExitError::model(format!("cannot read the tokenizer {}: {e}", path.display()))
+        })?;
+        counter
+            .with_truncation(None)
+            .map_err(|e| anyhow!("configuring the tokenizer: {e}"))?;
+        counter.with_padding(None);
+        let remote = crate::remote::Embeddings::open(s)?;
+        let dim = remote
+            .embed(&["dimension probe"])?
+            .first()
+            .map_or(0, Vec::len);
+        Ok(Embedder {
+            info: ModelInfo {
+                name: format!("openai:{}", remote.model()),
+                dim,
+                // No file to hash: the model's name is its identity.
+                file_hash: "remote".into(),
+                pooling: "server".into(),
+                passage_prefix: s.passage_prefix.clone(),
+            },
+            model: Model::Remote(remote),
+            counter,
             max_length: s.max_length,
             batch_size: s.batch_size,
             query_prefix: s.query_prefix.clone(),
@@ -265,10 +310,12 @@ impl Embedder {
         let mut out = vec![Vec::new(); texts.len()];
         for batch in order.chunks(self.batch_size) {
             let inputs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
-            let vectors = self
-                .model
-                .embed(&inputs, Some(self.batch_size))
-                .map_err(|e| anyhow!("embedding: {e}"))?;
+            let vectors = match &mut self.model {
+                Model::Local(m) => m
+                    .embed(&inputs, Some(self.batch_size))
+                    .map_err(|e| anyhow!("embedding: {e}"))?,
+                Model::Remote(r) => r.embed(&inputs)?,
+            };
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }

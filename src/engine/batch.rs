@@ -1,14 +1,17 @@
 //! Many questions at once (`rag ask --batch`): each is retrieved, routed and packed as a
 //! one-shot answer, then every question routed to the same generator is generated in one
 //! llama.cpp context, `llm.parallel` sequences at a time (see `llm::batch`), each through
-//! its own loop guard and citer. Answers are checked exactly as one-shot answers are.
+//! its own loop guard and citer. Answers are checked exactly as one-shot answers are. A
+//! remote generator gets up to `llm.parallel` requests at once instead: its server batches.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{anyhow, Result};
 
-use super::{settle, sources_out, Answerer, Prepared};
-use crate::ask::{stream::AnswerStream, window, Answer, Query, SourceOut, Timings};
+use super::{settle, sources_out, Answerer, Loaded, Prepared};
+use crate::ask::{stream::AnswerStream, Answer, Query, SourceOut, Timings};
 use crate::llm::Job;
 use crate::ui::Ui;
 
@@ -41,7 +44,7 @@ impl Answerer<'_> {
             match self.generate_group(qs, &group) {
                 Ok(answers) => {
                     for (r, a) in group.iter().zip(answers) {
-                        out[r.i] = Some(Ok(a));
+                        out[r.i] = Some(a);
                     }
                 }
                 Err(e) => {
@@ -74,9 +77,12 @@ impl Answerer<'_> {
     }
 
     /// Generates the answers of `group` (all on one generator) together.
-    fn generate_group(&self, qs: &[Query], group: &[&Ready]) -> Result<Vec<Answer>> {
-        let llm = &self.loaded(group[0].prep.model).llm;
-        let (params, _) = window(&self.settings, llm)?;
+    fn generate_group(&self, qs: &[Query], group: &[&Ready]) -> Result<Vec<Result<Answer>>> {
+        let loaded = self.loaded(group[0].prep.model);
+        let Loaded::Local { llm, .. } = loaded else {
+            return Ok(self.remote_group(qs, group));
+        };
+        let (params, _) = loaded.window(&self.settings)?;
         let texts: Vec<_> = group.iter().map(|r| r.prep.packed.texts()).collect();
         let add = self.settings.llm.add_citations;
         let mut states: Vec<(AnswerStream, String)> = texts
@@ -103,7 +109,7 @@ impl Answerer<'_> {
         for ((r, (mut stream, mut raw)), d) in group.iter().zip(states).zip(done) {
             let mut decode = d.decode;
             settle(&mut stream, &mut raw, &mut decode);
-            answers.push(self.checked(
+            answers.push(Ok(self.checked(
                 &qs[r.i].text,
                 &r.prep,
                 r.sources.clone(),
@@ -111,8 +117,42 @@ impl Answerer<'_> {
                 (&d.prefill, &decode, stream.added_citations()),
                 r.timings.clone(),
                 r.started,
-            ));
+            )));
         }
         Ok(answers)
+    }
+
+    /// A remote generator's answers: `llm.parallel` requests in flight, each answer checked
+    /// as a one-shot answer; a failed request fails only its own question.
+    fn remote_group(&self, qs: &[Query], group: &[&Ready]) -> Vec<Result<Answer>> {
+        let next = AtomicUsize::new(0);
+        let done: Vec<Mutex<Option<Result<Answer>>>> =
+            group.iter().map(|_| Mutex::new(None)).collect();
+        let workers = self.settings.llm.parallel.clamp(1, group.len());
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(r) = group.get(k) else { break };
+                    let answer = self
+                        .remote_checked(
+                            &qs[r.i].text,
+                            &r.prep,
+                            r.sources.clone(),
+                            r.timings.clone(),
+                            r.started,
+                            &mut |_| Ok(()),
+                        )
+                        .map(|(a, _)| a);
+                    *done[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(answer);
+                });
+            }
+        });
+        done.into_iter()
+            .map(|m| {
+                let answer = m.into_inner().unwrap_or_else(|p| p.into_inner());
+                answer.unwrap_or_else(|| Err(anyhow!("not answered")))
+            })
+            .collect()
     }
 }

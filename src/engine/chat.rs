@@ -1,5 +1,6 @@
 //! A conversation on the engine: one generator session for the whole chat, so earlier turns
-//! stay in llama.cpp's KV cache and a turn prefills only what is new. Each turn retrieves
+//! stay in llama.cpp's KV cache and a turn prefills only what is new (a remote generator gets
+//! the whole conversation each turn; its server's prompt cache does the same). Each turn retrieves
 //! for its own question (with the previous question's words when it is a follow-up), shapes
 //! and packs its sources like a one-shot answer, streams, and checks citations.
 
@@ -7,16 +8,17 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::{Answerer, Event, Prepared};
+use super::{Answerer, Event, Loaded, Prepared};
 use crate::ask::prompt::{self, Turn};
-use crate::ask::{followup_query, route, should_abstain, window, Answer, Query, Timings};
+use crate::ask::{followup_query, route, should_abstain, Answer, Query, Timings};
 use crate::llm::Session;
 use crate::ui::Ui;
 
 pub struct Chat<'e, 'rt> {
     engine: &'e Answerer<'rt>,
     model: usize,
-    session: Session<'e>,
+    /// The local generator's context (none for a remote one).
+    session: Option<Session<'e>>,
     /// Prompt tokens available to a turn (the window less the answer's reserve).
     budget: usize,
     history: Vec<Turn>,
@@ -28,19 +30,18 @@ impl<'e, 'rt> Chat<'e, 'rt> {
     /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
     /// question, so chat uses the small model unless the large one is asked for.
     pub fn open(engine: &'e Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
-        let s = &engine.settings.llm;
-        let path = if s.route == crate::config::Route::Large {
-            s.large_model.clone()
-        } else {
-            s.model.clone()
+        let large = engine.settings.llm.route == crate::config::Route::Large;
+        let model = engine.model(large)?;
+        let loaded = engine.loaded(model);
+        let (params, reserve) = loaded.window(&engine.settings)?;
+        let session = match loaded {
+            Loaded::Local { llm, .. } => Some(llm.session(&params)?),
+            Loaded::Remote(_) => None,
         };
-        let model = engine.model(&path)?;
-        let llm = &engine.loaded(model).llm;
-        let (params, reserve) = window(&engine.settings, llm)?;
         Ok(Chat {
             engine,
             model,
-            session: llm.session(&params)?,
+            session,
             budget: params.n_ctx as usize - reserve,
             history: Vec::new(),
             asked: Vec::new(),
@@ -80,19 +81,16 @@ impl<'e, 'rt> Chat<'e, 'rt> {
         let ranked = engine.shape(question, &ranked)?;
         let prep = self.pack(question, &ranked)?;
         let sources = super::announce(&prep, retrieval_ms, on)?;
-        let llm = &engine.loaded(self.model).llm;
-        let tokens = llm.chat_tokens(&prep.packed.messages)?;
-        let prefill = self.session.prefill(&tokens)?;
-        let (answer, raw) = engine.stream_checked(
-            &mut self.session,
-            question,
-            &prep,
-            sources,
-            prefill,
-            timings,
-            started,
-            on,
-        )?;
+        let (answer, raw) = match (&mut self.session, engine.loaded(self.model)) {
+            (Some(session), Loaded::Local { llm, .. }) => {
+                let tokens = llm.chat_tokens(&prep.packed.messages)?;
+                let prefill = session.prefill(&tokens)?;
+                engine.stream_checked(
+                    session, question, &prep, sources, prefill, timings, started, on,
+                )?
+            }
+            _ => engine.remote_checked(question, &prep, sources, timings, started, on)?,
+        };
         let user = prep
             .packed
             .messages
@@ -109,11 +107,10 @@ impl<'e, 'rt> Chat<'e, 'rt> {
     /// Packs this turn after the history, dropping the oldest turns while the history takes
     /// more than half the budget (leaving room for this turn's sources).
     fn pack(&mut self, question: &str, ranked: &[crate::retrieve::Ranked]) -> Result<Prepared> {
-        let llm = &self.engine.loaded(self.model).llm;
-        let overhead = |history: &[Turn]| -> Result<usize> {
-            Ok(llm
-                .chat_tokens(&prompt::conversation(history, &[], question))?
-                .len())
+        let gen = self.engine.loaded(self.model);
+        let style = self.engine.style();
+        let overhead = |history: &[Turn]| {
+            gen.chat_len(&prompt::conversation(history, &[], question, style.system))
         };
         let mut used = overhead(&self.history)?;
         while !self.history.is_empty() && used > self.budget / 2 {
@@ -121,9 +118,16 @@ impl<'e, 'rt> Chat<'e, 'rt> {
             used = overhead(&self.history)?;
         }
         let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
-        let packed = prompt::pack_turn(&self.history, question, &hits, self.budget, used, &|t| {
-            llm.count_tokens(t)
-        });
+        let count = |t: &str| gen.count_tokens(t);
+        let packed = prompt::pack_turn(
+            &self.history,
+            question,
+            &hits,
+            self.budget,
+            used,
+            &count,
+            style,
+        );
         let s = &self.engine.settings.llm;
         Ok(Prepared {
             route: route::Route {

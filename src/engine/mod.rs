@@ -8,7 +8,7 @@ mod batch;
 mod chat;
 pub use chat::Chat;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -19,9 +19,10 @@ use crate::ask::{
     cite, route, should_abstain, stream, window, Answer, Evidence, ModelOut, Query, Retriever,
     SourceOut, Timings, ABSTAIN_TEXT,
 };
-use crate::config::Settings;
-use crate::llm::{Llm, StopReason, LLAMA_CPP_BUILD};
+use crate::config::{Backend, Settings};
+use crate::llm::{Llm, Message, StopReason, LLAMA_CPP_BUILD};
 use crate::promptcache::PromptCache;
+use crate::remote::Generator;
 use crate::retrieve::{Mode, Ranked};
 use crate::store::Hit;
 use crate::ui::Ui;
@@ -42,10 +43,58 @@ pub enum Event<'a> {
     Piece(&'a str),
 }
 
-/// A loaded generator and the SHA-256 of its file (the prompt cache key).
-struct Loaded {
-    llm: Llm,
-    sha256: String,
+/// A generator ready to answer: a GGUF file loaded in this process (with its SHA-256, the
+/// prompt cache key), or a connection to an OpenAI-compatible server.
+enum Loaded {
+    Local { llm: Llm, sha256: String },
+    Remote(Generator),
+}
+
+impl Loaded {
+    fn local(&self) -> Option<(&Llm, &str)> {
+        match self {
+            Loaded::Local { llm, sha256 } => Some((llm, sha256)),
+            Loaded::Remote(_) => None,
+        }
+    }
+
+    fn count_tokens(&self, text: &str) -> usize {
+        match self {
+            Loaded::Local { llm, .. } => llm.count_tokens(text),
+            Loaded::Remote(g) => g.count_tokens(text),
+        }
+    }
+
+    /// Tokens of the whole chat prompt.
+    fn chat_len(&self, messages: &[Message]) -> Result<usize> {
+        match self {
+            Loaded::Local { llm, .. } => Ok(llm.chat_tokens(messages)?.len()),
+            Loaded::Remote(g) => g.chat_len(messages),
+        }
+    }
+
+    /// The context window and the answer's reserve.
+    fn window(&self, settings: &Settings) -> Result<(crate::llm::ContextParams, usize)> {
+        match self {
+            Loaded::Local { llm, .. } => window(settings, || Ok(llm.n_ctx_train())),
+            Loaded::Remote(g) => window(settings, || g.n_ctx_default()),
+        }
+    }
+
+    /// What an answer names as its model: the file and its SHA-256, or the server and model.
+    fn identity(&self) -> (String, String) {
+        match self {
+            Loaded::Local { llm, sha256 } => (llm.path.display().to_string(), sha256.clone()),
+            Loaded::Remote(g) => (g.name(), String::new()),
+        }
+    }
+}
+
+/// Where a generator slot's model lives.
+#[derive(Clone, PartialEq)]
+struct Slot {
+    backend: Backend,
+    path: PathBuf,
 }
 
 /// Answers take `&self`, so front ends that serve many clients (`rag serve`) share one
@@ -54,8 +103,9 @@ pub struct Answerer<'rt> {
     settings: Settings,
     mode: Mode,
     retriever: Retriever,
-    /// The small and the large generator (`llm.model`, `llm.large_model`), loaded on demand.
-    models: [(PathBuf, OnceLock<Loaded>); 2],
+    /// The small and the large generator (`llm.model`, `llm.large_model`, each local or
+    /// remote per `llm.backend` / `llm.large_backend`), loaded on demand.
+    models: [(Slot, OnceLock<Loaded>); 2],
     /// Held while a generator loads, so two threads never load the same file twice.
     loading: Mutex<()>,
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
@@ -92,8 +142,8 @@ impl<'rt> Answerer<'rt> {
             mode,
             retriever: Retriever::open(settings, mode, rt)?,
             models: [
-                (settings.llm.model.clone(), OnceLock::new()),
-                (settings.llm.large_model.clone(), OnceLock::new()),
+                (slot(settings, false), OnceLock::new()),
+                (slot(settings, true), OnceLock::new()),
             ],
             loading: Mutex::new(()),
             vocab_only,
@@ -111,23 +161,30 @@ impl<'rt> Answerer<'rt> {
         self.retriever.run(q, mode, ui, self.rt)
     }
 
-    /// The slot of the generator at `path` (one of the two configured), loading it on
-    /// first use.
-    fn model(&self, path: &Path) -> Result<usize> {
+    /// The slot of the small or the large generator (the small one's when both are the
+    /// same), loading or connecting it on first use.
+    fn model(&self, large: bool) -> Result<usize> {
+        let want = slot(&self.settings, large);
         let i = self
             .models
             .iter()
-            .position(|(p, _)| p == path)
-            .expect("generator paths come from llm.model and llm.large_model");
+            .position(|(s, _)| *s == want)
+            .expect("slots come from the same settings");
         if self.models[i].1.get().is_some() {
             return Ok(i);
         }
         let _one = self.loading.lock().unwrap_or_else(|p| p.into_inner());
         if self.models[i].1.get().is_none() {
-            let llm = Llm::load(path, self.vocab_only)?;
-            let memo = self.settings.index.dir.join("model-hashes.json");
-            let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
-            let _ = self.models[i].1.set(Loaded { llm, sha256 });
+            let loaded = match want.backend {
+                Backend::Local => {
+                    let llm = Llm::load(&want.path, self.vocab_only)?;
+                    let memo = self.settings.index.dir.join("model-hashes.json");
+                    let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
+                    Loaded::Local { llm, sha256 }
+                }
+                Backend::Openai => Loaded::Remote(Generator::open(&self.settings.llm)?),
+            };
+            let _ = self.models[i].1.set(loaded);
         }
         Ok(i)
     }
@@ -140,13 +197,8 @@ impl<'rt> Answerer<'rt> {
     /// Loads the generator `route` would start with, so the first request does not wait
     /// for it (`rag serve`).
     pub fn preload(&self) -> Result<()> {
-        let s = &self.settings.llm;
-        let path = if s.route == crate::config::Route::Large {
-            &s.large_model
-        } else {
-            &s.model
-        };
-        self.model(path).map(|_| ())
+        let large = self.settings.llm.route == crate::config::Route::Large;
+        self.model(large).map(|_| ())
     }
 
     /// Re-opens the index when an ingest has committed a new version since it was opened;
@@ -169,29 +221,38 @@ impl<'rt> Answerer<'rt> {
     pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
-        let route = route::route(s.route, best, s.large_model.is_file());
+        let large_ready = s.large_backend == Backend::Openai || s.large_model.is_file();
+        let route = route::route(s.route, best, large_ready);
         tracing::info!(model = %route.model, reason = %route.reason, "routed");
-        let path = if route.model == "large" {
-            s.large_model.clone()
-        } else {
-            s.model.clone()
-        };
-        let model = self.model(&path)?;
+        let model = self.model(route.model == "large")?;
         let ranked = self.shape(question, ranked)?;
-        let llm = &self.loaded(model).llm;
-        let (params, reserve) = window(&self.settings, llm)?;
+        let gen = self.loaded(model);
+        let (params, reserve) = gen.window(&self.settings)?;
         let n_ctx = params.n_ctx as usize;
-        let overhead = llm.chat_tokens(&prompt::messages(&[], question))?.len();
+        let style = self.style();
+        let overhead = gen.chat_len(&prompt::messages(&[], question, style.system))?;
         let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
-        let packed = prompt::pack(question, &hits, n_ctx - reserve, overhead, &|t| {
-            llm.count_tokens(t)
-        });
+        let count = |t: &str| gen.count_tokens(t);
+        let budget = n_ctx - reserve;
+        let packed = prompt::pack_turn(&[], question, &hits, budget, overhead, &count, style);
         Ok(Prepared {
             route,
             model,
             packed,
             best_similarity: best,
         })
+    }
+
+    /// The prompt's instructions and source order, from the settings.
+    fn style(&self) -> prompt::Style<'_> {
+        let s = &self.settings;
+        prompt::Style {
+            system: match s.llm.system_prompt.trim() {
+                "" => prompt::SYSTEM,
+                custom => custom,
+            },
+            order: s.retrieval.source_order,
+        }
     }
 
     /// What the prompt gets of the ranked spans: the best widened with its neighbours
@@ -234,9 +295,14 @@ impl<'rt> Answerer<'rt> {
 
     /// The prompt exactly as the generator would read it (`rag ask --dry-run`).
     pub fn render(&self, p: &Prepared) -> Result<(String, usize)> {
-        let llm = &self.loaded(p.model).llm;
-        let tokens = llm.chat_tokens(&p.packed.messages)?;
-        Ok((llm.render(&p.packed.messages)?, tokens.len()))
+        let messages = &p.packed.messages;
+        match self.loaded(p.model) {
+            Loaded::Local { llm, .. } => {
+                let tokens = llm.chat_tokens(messages)?;
+                Ok((llm.render(messages)?, tokens.len()))
+            }
+            Loaded::Remote(g) => Ok((g.render(messages), g.chat_len(messages)?)),
+        }
     }
 
     /// Answers `q`: retrieve, abstain or route, pack, generate, check.
@@ -325,11 +391,12 @@ impl<'rt> Answerer<'rt> {
         ui: &Ui,
     ) -> Result<crate::llm::Prefill> {
         let settings = &self.settings;
+        let sha256 = loaded.local().map_or("", |(_, sha)| sha);
         let cache = (cache && settings.llm.prompt_cache_mb > 0).then(|| {
             let n_ctx = n_ctx.to_string();
             PromptCache::new(
                 &settings.index.dir,
-                &[&loaded.sha256, &n_ctx, LLAMA_CPP_BUILD],
+                &[sha256, &n_ctx, LLAMA_CPP_BUILD],
                 settings.llm.prompt_cache_mb << 20,
             )
         });
@@ -390,8 +457,12 @@ impl<'rt> Answerer<'rt> {
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<Answer> {
         let loaded = self.loaded(prep.model);
-        let llm = &loaded.llm;
-        let (params, _) = window(&self.settings, llm)?;
+        let Loaded::Local { llm, .. } = loaded else {
+            let (answer, _) =
+                self.remote_checked(question, &prep, sources, timings, started, on)?;
+            return Ok(answer);
+        };
+        let (params, _) = loaded.window(&self.settings)?;
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
@@ -406,6 +477,41 @@ impl<'rt> Answerer<'rt> {
             on,
         )?;
         Ok(answer)
+    }
+
+    /// [`Answerer::stream_checked`] on a remote generator: the whole prompt is sent, and the
+    /// server's prompt cache (llama-server's `cache_prompt`) stands in for rag's.
+    fn remote_checked(
+        &self,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        timings: Timings,
+        started: Instant,
+        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+    ) -> Result<(Answer, String)> {
+        let Loaded::Remote(g) = self.loaded(prep.model) else {
+            unreachable!("remote_checked is only called for a remote generator");
+        };
+        let messages = &prep.packed.messages;
+        let prompt_len = g.chat_len(messages)?;
+        let texts = prep.packed.texts();
+        let mut prefill = crate::llm::Prefill::default();
+        let (raw, decode, added) = self.stream(&texts, on, |sampling, piece| {
+            let (p, d) = g.generate(messages, prompt_len, sampling, piece)?;
+            prefill = p;
+            Ok(d)
+        })?;
+        let answer = self.checked(
+            question,
+            prep,
+            sources,
+            &raw,
+            (&prefill, &decode, added),
+            timings,
+            started,
+        );
+        Ok((answer, raw))
     }
 
     /// Streams the answer on a prefilled session, then checks its citations: what a one-shot
@@ -425,7 +531,9 @@ impl<'rt> Answerer<'rt> {
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
     ) -> Result<(Answer, String)> {
         let texts = prep.packed.texts();
-        let (raw, decode, added_citations) = self.stream(session, &texts, on)?;
+        let (raw, decode, added_citations) = self.stream(&texts, on, |sampling, piece| {
+            session.generate(sampling, piece)
+        })?;
         let answer = self.checked(
             question,
             prep,
@@ -450,7 +558,7 @@ impl<'rt> Answerer<'rt> {
         timings: Timings,
         started: Instant,
     ) -> Answer {
-        let loaded = self.loaded(prep.model);
+        let (path, sha256) = self.loaded(prep.model).identity();
         let texts = prep.packed.texts();
         let timings = generation_timings(timings, prefill, decode, started);
         let checked = cite::check(raw.trim(), &texts);
@@ -469,27 +577,30 @@ impl<'rt> Answerer<'rt> {
             stop: Some(decode.stop),
             timings,
             model: Some(ModelOut {
-                path: loaded.llm.path.display().to_string(),
-                sha256: loaded.sha256.clone(),
+                path,
+                sha256,
                 route: prep.route.clone(),
             }),
         }
     }
 
-    /// Generates on a prefilled session, passing each piece through the loop guard and the
-    /// citer to `on`. Returns the text as generated (a repeated tail dropped), the decode
-    /// figures and how many citation markers were added.
+    /// Runs `generate` (a prefilled session's, or a remote server's), passing each piece
+    /// through the loop guard and the citer to `on`. Returns the text as generated (a
+    /// repeated tail dropped), the decode figures and how many citation markers were added.
     fn stream(
         &self,
-        session: &mut crate::llm::Session<'_>,
         texts: &[(usize, &str)],
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+        generate: impl FnOnce(
+            &crate::llm::Sampling,
+            &mut dyn FnMut(&str) -> bool,
+        ) -> Result<crate::llm::Decode>,
     ) -> Result<(String, crate::llm::Decode, usize)> {
         let settings = &self.settings;
         let mut raw = String::new();
         let mut write_err = None;
         let mut answer = stream::AnswerStream::new(texts, settings.llm.add_citations);
-        let mut decode = session.generate(&settings.sampling(), |piece| {
+        let mut decode = generate(&settings.sampling(), &mut |piece| {
             let Some(piece) = answer.push(piece) else {
                 return false;
             };
@@ -566,6 +677,24 @@ fn generation_timings(
         timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
     timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
     timings
+}
+
+/// The small (`large = false`) or the large generator's backend and file.
+fn slot(settings: &Settings, large: bool) -> Slot {
+    let s = &settings.llm;
+    let (backend, path) = if large {
+        (s.large_backend, &s.large_model)
+    } else {
+        (s.backend, &s.model)
+    };
+    Slot {
+        backend,
+        // Both remote generators are the same server and model.
+        path: match backend {
+            Backend::Local => path.clone(),
+            Backend::Openai => PathBuf::new(),
+        },
+    }
 }
 
 fn rate(tokens: usize, ms: f64) -> f64 {

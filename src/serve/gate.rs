@@ -1,7 +1,8 @@
-//! Admission to the generator. One answer generates at a time (a generator takes every
-//! core this machine has), the others wait in arrival order, and at most `limit` wait: a
-//! request beyond that is turned away at once with an estimate of when to retry, instead of
-//! joining a queue that only grows.
+//! Admission to the generator. `slots` answers generate at once (one for a local generator,
+//! which takes every core this machine has; `llm.parallel` for a remote server, which batches
+//! them), the others wait in arrival order, and at most `limit` wait: a request beyond that is
+//! turned away at once with an estimate of when to retry, instead of joining a queue that
+//! only grows.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -10,13 +11,16 @@ pub struct Gate {
     state: Mutex<State>,
     turn: Condvar,
     limit: usize,
+    slots: usize,
 }
 
 struct State {
     /// The next ticket to hand out.
     next: u64,
-    /// The ticket whose turn it is (a ticket lock: first come, first served).
-    serving: u64,
+    /// Tickets below this one were admitted (first come, first served).
+    admitted: u64,
+    /// Admitted requests still generating.
+    active: usize,
     /// Mean seconds a generation held the gate, for Retry-After.
     mean_s: f64,
 }
@@ -49,15 +53,17 @@ pub struct Permit<'g> {
 }
 
 impl Gate {
-    pub fn new(limit: usize) -> Gate {
+    pub fn new(limit: usize, slots: usize) -> Gate {
         Gate {
             state: Mutex::new(State {
                 next: 0,
-                serving: 0,
+                admitted: 0,
+                active: 0,
                 mean_s: 5.0,
             }),
             turn: Condvar::new(),
             limit,
+            slots: slots.max(1),
         }
     }
 
@@ -65,20 +71,22 @@ impl Gate {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Requests waiting for their turn (not counting the one generating).
+    /// Requests waiting for their turn (not counting those generating).
     pub fn waiting(&self) -> usize {
         let s = self.lock();
-        (s.next - s.serving).saturating_sub(1) as usize
+        (s.next - s.admitted) as usize
     }
 
     /// Waits for this request's turn, or refuses at once when `limit` already wait.
     pub fn enter(&self) -> Result<Permit<'_>, Busy> {
         let arrived = Instant::now();
         let mut s = self.lock();
-        let waiting = (s.next - s.serving).saturating_sub(1) as usize;
-        let occupied = s.next > s.serving;
-        if occupied && waiting >= self.limit {
-            let retry = (s.mean_s * (waiting + 1) as f64).ceil().clamp(1.0, 3600.0);
+        let waiting = (s.next - s.admitted) as usize;
+        let full = s.active >= self.slots;
+        if full && waiting >= self.limit {
+            // Each slot frees after a mean generation; the queue drains `slots` at a time.
+            let rounds = (waiting / self.slots + 1) as f64;
+            let retry = (s.mean_s * rounds).ceil().clamp(1.0, 3600.0);
             return Err(Busy {
                 retry_after_s: retry as u64,
                 waiting,
@@ -86,9 +94,14 @@ impl Gate {
         }
         let ticket = s.next;
         s.next += 1;
-        while s.serving != ticket {
+        while s.admitted != ticket || s.active >= self.slots {
             s = self.turn.wait(s).unwrap_or_else(|p| p.into_inner());
         }
+        s.admitted += 1;
+        s.active += 1;
+        drop(s);
+        // The next ticket may fit in another free slot.
+        self.turn.notify_all();
         Ok(Permit {
             gate: self,
             since: Instant::now(),
@@ -102,7 +115,7 @@ impl Drop for Permit<'_> {
         let held = self.since.elapsed().as_secs_f64();
         let mut s = self.gate.lock();
         s.mean_s = 0.8 * s.mean_s + 0.2 * held;
-        s.serving += 1;
+        s.active -= 1;
         drop(s);
         self.gate.turn.notify_all();
     }
@@ -116,7 +129,7 @@ mod tests {
 
     #[test]
     fn one_at_a_time_in_arrival_order_and_bounded() {
-        let gate = Arc::new(Gate::new(2));
+        let gate = Arc::new(Gate::new(2, 1));
         let first = gate.enter().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let inside = Arc::new(AtomicUsize::new(0));
@@ -150,10 +163,29 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), vec![0, 1]);
         assert_eq!(gate.waiting(), 0);
         // A zero-length queue still admits one generation at a time.
-        let g0 = Gate::new(0);
+        let g0 = Gate::new(0, 1);
         let p = g0.enter().unwrap();
         assert!(g0.enter().is_err());
         drop(p);
         assert!(g0.enter().is_ok());
+    }
+
+    #[test]
+    fn several_slots_admit_that_many_at_once_in_order() {
+        let gate = Arc::new(Gate::new(1, 2));
+        let a = gate.enter().unwrap();
+        let b = gate.enter().unwrap();
+        assert_eq!(gate.waiting(), 0);
+        let g = gate.clone();
+        let third = std::thread::spawn(move || g.enter().map(|_| ()).is_ok());
+        while gate.waiting() < 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Both slots busy and one waiting: a fourth is refused.
+        assert!(gate.enter().is_err());
+        drop(a);
+        assert!(third.join().unwrap());
+        drop(b);
+        assert_eq!(gate.waiting(), 0);
     }
 }

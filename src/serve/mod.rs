@@ -71,6 +71,17 @@ fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
     Ok(parsed)
 }
 
+/// Answers that may generate at once: a local generator takes every core, so one; when
+/// every generator a route can reach is a remote server, `llm.parallel` (it batches them).
+fn generation_slots(s: &crate::config::Settings) -> usize {
+    use crate::config::Backend::Openai;
+    if s.llm.backend == Openai && s.llm.large_backend == Openai {
+        s.llm.parallel
+    } else {
+        1
+    }
+}
+
 /// Serves until SIGTERM or SIGINT, then finishes the requests in flight and returns.
 pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Result<Exit> {
     let s = engine.settings().serve.clone();
@@ -100,7 +111,7 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         engine,
         base,
         token,
-        gate: gate::Gate::new(s.queue),
+        gate: gate::Gate::new(s.queue, generation_slots(engine.settings())),
         metrics: metrics::Metrics::default(),
         stop,
         in_flight: AtomicUsize::new(0),

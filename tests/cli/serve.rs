@@ -149,11 +149,18 @@ fn serve_searches_answers_streams_speaks_openai_and_picks_up_a_new_ingest() {
         found.body
     );
 
-    let metrics = call(a, "GET", "/metrics", "").body;
-    assert!(
-        metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"200\"} 2"),
-        "{metrics}"
-    );
+    // A request is counted once its response is written, so the scrape may come just before
+    // the last search is counted (seen on a loaded machine): read until it is, for 10 s.
+    let want = "rag_requests_total{endpoint=\"/v1/search\",status=\"200\"} 2";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let m = call(a, "GET", "/metrics", "").body;
+        if m.contains(want) || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(metrics.contains(want), "{metrics}");
     assert!(
         metrics.contains("rag_requests_total{endpoint=\"/v1/search\",status=\"400\"} 2"),
         "{metrics}"
