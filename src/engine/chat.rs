@@ -85,9 +85,10 @@ impl<'e, 'rt> Chat<'e, 'rt> {
             (Some(session), Loaded::Local { llm, .. }) => {
                 let tokens = llm.chat_tokens(&prep.packed.messages)?;
                 let prefill = session.prefill(&tokens)?;
-                engine.stream_checked(
-                    session, question, &prep, sources, prefill, timings, started, on,
-                )?
+                let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
+                    Ok((prefill, session.generate(s, piece)?))
+                };
+                engine.stream_checked(question, &prep, sources, timings, started, on, generate)?
             }
             _ => engine.remote_checked(question, &prep, sources, timings, started, on)?,
         };

@@ -466,16 +466,10 @@ impl<'rt> Answerer<'rt> {
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
-        let (answer, _) = self.stream_checked(
-            &mut session,
-            question,
-            &prep,
-            sources,
-            prefill,
-            timings,
-            started,
-            on,
-        )?;
+        let generate =
+            |s: &_, piece: &mut dyn FnMut(&str) -> bool| Ok((prefill, session.generate(s, piece)?));
+        let (answer, _) =
+            self.stream_checked(question, &prep, sources, timings, started, on, generate)?;
         Ok(answer)
     }
 
@@ -495,44 +489,36 @@ impl<'rt> Answerer<'rt> {
         };
         let messages = &prep.packed.messages;
         let prompt_len = g.chat_len(messages)?;
-        let texts = prep.packed.texts();
-        let mut prefill = crate::llm::Prefill::default();
-        let (raw, decode, added) = self.stream(&texts, on, |sampling, piece| {
-            let (p, d) = g.generate(messages, prompt_len, sampling, piece)?;
-            prefill = p;
-            Ok(d)
-        })?;
-        let answer = self.checked(
-            question,
-            prep,
-            sources,
-            &raw,
-            (&prefill, &decode, added),
-            timings,
-            started,
-        );
-        Ok((answer, raw))
+        let generate =
+            |s: &_, piece: &mut dyn FnMut(&str) -> bool| g.generate(messages, prompt_len, s, piece);
+        self.stream_checked(question, prep, sources, timings, started, on, generate)
     }
 
-    /// Streams the answer on a prefilled session, then checks its citations: what a one-shot
-    /// answer and a chat turn share. Returns the checked answer and the text as generated
+    /// Streams the answer `generate` writes (on a prefilled local session, or from a server;
+    /// it returns the prefill and decode figures), then checks its citations: what one-shot
+    /// answers and chat turns share. Returns the checked answer and the text as generated
     /// (what a conversation keeps). A piece handler that fails with `Interrupted` stops the
     /// answer where it is (Ctrl-C in chat) and is not an error.
     #[allow(clippy::too_many_arguments)]
     fn stream_checked(
         &self,
-        session: &mut crate::llm::Session<'_>,
         question: &str,
         prep: &Prepared,
         sources: Vec<SourceOut>,
-        prefill: crate::llm::Prefill,
         timings: Timings,
         started: Instant,
         on: &mut dyn FnMut(Event) -> std::io::Result<()>,
+        generate: impl FnOnce(
+            &crate::llm::Sampling,
+            &mut dyn FnMut(&str) -> bool,
+        ) -> Result<(crate::llm::Prefill, crate::llm::Decode)>,
     ) -> Result<(Answer, String)> {
         let texts = prep.packed.texts();
+        let mut prefill = crate::llm::Prefill::default();
         let (raw, decode, added_citations) = self.stream(&texts, on, |sampling, piece| {
-            session.generate(sampling, piece)
+            let (p, d) = generate(sampling, piece)?;
+            prefill = p;
+            Ok(d)
         })?;
         let answer = self.checked(
             question,
