@@ -32,7 +32,7 @@ stress: setup
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
 
 # Remote backends against a real llama-server, built from llama.cpp's source on first use
-# (about 10 minutes on 2 cores; scripts/llama-server.sh) and started by the tests on 127.0.0.1.
+# (scripts/llama-server.sh; up to 70 minutes on 2 cores the first time) and started by the tests on 127.0.0.1.
 test-remote: setup
 	RAG_LLAMA_SERVER=$$(scripts/llama-server.sh) $(CARGO) test --release --locked --test cli remote:: -- --ignored
 

@@ -41,7 +41,7 @@ fi
 tree=$src/llama_cpp_python-$version/vendor/llama.cpp
 [[ -f $tree/CMakeLists.txt ]] || tar -xzf "$sdist" -C "$src"
 
-say "building llama-server (about 10 minutes on 2 cores)"
+say "building llama-server (tens of minutes on 2 cores, once)"
 cmake -S "$tree" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DGGML_OPENMP=ON -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DBUILD_SHARED_LIBS=OFF >"$src/cmake.log" 2>&1 || { say "cmake failed: see $src/cmake.log"; exit 1; }
