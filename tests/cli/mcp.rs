@@ -1,11 +1,27 @@
 //! `rag mcp`: the Model Context Protocol on stdio, with the real index and models.
 
+use serde_json::Value;
+
 use crate::support::Project;
 
 #[test]
 fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
     let p = Project::with_docs();
     p.ingest();
+    let replies = session(&p);
+    assert_eq!(
+        replies.len(),
+        11,
+        "one reply per request, none for the notification"
+    );
+    tools(&replies);
+    resources(&replies);
+    errors(&replies);
+}
+
+/// Drives one MCP session over stdin: initialize, tools, resources and bad requests; returns
+/// the replies (every stdout line must be JSON-RPC).
+fn session(p: &Project) -> Vec<Value> {
     let uri = format!("file://{}/docs/pump-manual.pdf", p.path().display());
     let read = format!(
         r#"{{"jsonrpc":"2.0","id":9,"method":"resources/read","params":{{"uri":"{uri}"}}}}"#
@@ -31,17 +47,20 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let replies: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+    String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).expect("every stdout line is JSON-RPC"))
-        .collect();
-    assert_eq!(
-        replies.len(),
-        11,
-        "one reply per request, none for the notification"
-    );
-    let by_id = |id: i64| replies.iter().find(|r| r["id"] == id).unwrap().clone();
+        .collect()
+}
+
+fn by_id(replies: &[Value], id: i64) -> Value {
+    replies.iter().find(|r| r["id"] == id).unwrap().clone()
+}
+
+/// initialize, tools/list, and both tools called.
+fn tools(replies: &[Value]) {
+    let by_id = |id| by_id(replies, id);
     assert_eq!(by_id(1)["result"]["protocolVersion"], "2025-06-18");
     assert!(by_id(1)["result"]["capabilities"]["tools"].is_object());
     let names: Vec<&str> = replies[1]["result"]["tools"]
@@ -74,12 +93,11 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         ask["structuredContent"]["sources"][0]["path"].is_string(),
         true
     );
-    assert_eq!(
-        by_id(5)["result"]["isError"],
-        true,
-        "a bad argument is a tool error"
-    );
-    assert_eq!(by_id(6)["error"]["code"], -32602);
+}
+
+/// The indexed files as resources, and the PDF read as the text rag indexed.
+fn resources(replies: &[Value]) {
+    let by_id = |id| by_id(replies, id);
     let files = by_id(7)["result"]["resources"].clone();
     let pump = files
         .as_array()
@@ -104,6 +122,17 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
         text.contains("Kestrel"),
         "the indexed text of the PDF: {text}"
     );
+}
+
+/// Bad arguments, unknown tools, other files, broken JSON and unknown versions.
+fn errors(replies: &[Value]) {
+    let by_id = |id| by_id(replies, id);
+    assert_eq!(
+        by_id(5)["result"]["isError"],
+        true,
+        "a bad argument is a tool error"
+    );
+    assert_eq!(by_id(6)["error"]["code"], -32602);
     assert_eq!(
         by_id(10)["error"]["code"],
         -32002,
