@@ -488,7 +488,9 @@ impl<'rt> Answerer<'rt> {
             unreachable!("remote_checked is only called for a remote generator");
         };
         let messages = &prep.packed.messages;
-        let prompt_len = g.chat_len(messages)?;
+        // The count packing made: only shown when the server reports no usage, so no second
+        // round of /apply-template and /tokenize requests for it.
+        let prompt_len = prep.packed.prompt_tokens;
         let generate =
             |s: &_, piece: &mut dyn FnMut(&str) -> bool| g.generate(messages, prompt_len, s, piece);
         self.stream_checked(question, prep, sources, timings, started, on, generate)
