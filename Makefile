@@ -32,9 +32,12 @@ stress: setup
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
 
 # Remote backends against a real llama-server, built from llama.cpp's source on first use
-# (scripts/llama-server.sh; up to 70 minutes on 2 cores the first time) and started by the tests on 127.0.0.1.
+# (scripts/llama-server.sh; up to 70 minutes on 2 cores the first time), and an index on
+# object storage against moto's S3 server (scripts/s3-server.sh, a pip install), both started
+# by the tests on 127.0.0.1.
 test-remote: setup
-	RAG_LLAMA_SERVER=$$(scripts/llama-server.sh) $(CARGO) test --release --locked --test cli remote:: -- --ignored
+	RAG_LLAMA_SERVER=$$(scripts/llama-server.sh) RAG_S3_SERVER=$$(scripts/s3-server.sh) \
+	  $(CARGO) test --release --locked --test cli -- --ignored remote:: object_storage::
 
 # Man pages generated from the clap definitions (rag.1 and rag-COMMAND.1).
 man: build

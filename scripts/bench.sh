@@ -15,6 +15,10 @@
 #
 #   remote   : (only when asked, BENCH=remote) the same GGUF in process and through
 #              llama-server: scripts/bench_remote.sh.
+#   s3       : (only when asked, BENCH=s3) an index in a folder and in a bucket of moto's S3
+#              server: scripts/bench_s3.sh.
+#   ann      : (only when asked, BENCH=ann) the ANN index against exact search on 100k and
+#              1M synthetic vectors: scripts/bench_ann.sh.
 #
 # BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
@@ -26,6 +30,8 @@ bench=${BENCH_DIR:-$HOME/.cache/rag/bench}
 threads=${THREADS:-$(nproc)}
 what=${BENCH:-all}
 [ "$what" = remote ] && exec "$root/scripts/bench_remote.sh"
+[ "$what" = s3 ] && exec "$root/scripts/bench_s3.sh"
+[ "$what" = ann ] && exec "$root/scripts/bench_ann.sh"
 mkdir -p "$bench"
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }

@@ -86,7 +86,8 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtim
         crate::ingest::chunk_meta(&settings.chunk),
         settings.root.clone(),
     );
-    let store = rt.block_on(Store::open_or_create(&settings.index.dir, meta))?;
+    let loc = crate::store::Location::of(&settings.index)?;
+    let store = rt.block_on(Store::open_or_create(&loc, meta))?;
     const WORDS: &[&str] = &[
         "cache", "token", "prefill", "decode", "vector", "index", "model", "batch", "memory",
         "thread", "quant", "layer", "query", "score", "rank", "chunk", "embed", "prompt", "sample",

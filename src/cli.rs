@@ -84,6 +84,9 @@ pub enum Command {
     /// Fill the index with N synthetic chunks (for `make bench`)
     #[command(hide = true)]
     BenchStore(BenchStoreArgs),
+    /// ANN against exact vector search on N synthetic clustered vectors (for `make bench-ann`)
+    #[command(hide = true)]
+    BenchAnn(BenchAnnArgs),
     /// Measure retrieval (and with --answers, answer) quality on a YAML set of questions
     #[command(
         after_help = "Examples:\n  rag eval eval/fixtures.yaml\n  rag eval --answers --model large eval/dev.yaml\n  rag eval --json eval/dev.yaml > base.json\n  rag eval --baseline base.json --max-regression 0.02 --min hit@5=0.8,context_recall=0.7 --junit eval.xml eval/dev.yaml\n\nExit codes: 0 every gate held, 8 a --min floor or --max-regression gate failed, 2 a bad eval file."
@@ -250,6 +253,10 @@ pub struct RetrievalArgs {
     /// Only chunks matching this SQL filter over path, heading, line_start, line_end, text
     #[arg(long = "where", value_name = "SQL")]
     pub where_sql: Option<String>,
+    /// Scan every vector even where the index has an ANN index (exact nearest neighbours;
+    /// `-v` says which path a search took)
+    #[arg(long)]
+    pub exact: bool,
 }
 
 #[derive(Debug, Args)]
@@ -364,6 +371,30 @@ pub struct BenchLlmArgs {
     pub reps: usize,
     #[command(flatten)]
     pub gen: GenArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchAnnArgs {
+    /// Synthetic vectors in the table (written once; a rerun on the same --index reuses them)
+    #[arg(long, default_value_t = 100_000)]
+    pub chunks: usize,
+    /// Queries timed per configuration
+    #[arg(long, default_value_t = 200)]
+    pub queries: usize,
+    /// ANN index types to build and measure
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "ivf-hnsw-sq,ivf-pq"
+    )]
+    pub kinds: Vec<crate::config::AnnType>,
+    /// Partitions probed, one configuration each
+    #[arg(long, value_delimiter = ',', default_value = "10,20,40")]
+    pub nprobes: Vec<usize>,
+    /// Refine factors, one configuration each (0 = none)
+    #[arg(long, value_delimiter = ',', default_value = "0,5")]
+    pub refine: Vec<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -88,6 +88,83 @@ pub struct IndexSettings {
     pub cleanup: bool,
     /// Versions younger than this many seconds survive the cleanup (readers may hold them).
     pub keep_versions_s: u64,
+    /// Options for an index on object storage (`s3://`, `gs://`, `az://`), passed to LanceDB
+    /// as storage options over the standard environment variables.
+    pub storage: StorageOptions,
+    /// From this many chunks on, ingest keeps an ANN vector index; below it search is exact.
+    pub ann_min_rows: usize,
+    /// Which ANN index: ivf_hnsw_sq or ivf_pq.
+    pub ann_type: AnnType,
+    /// IVF partitions an ANN search probes.
+    pub ann_nprobes: usize,
+    /// ANN candidates re-scored with full vectors: refine_factor x k (0 = none).
+    pub ann_refine_factor: u32,
+}
+
+impl IndexSettings {
+    /// The object-storage URI of the index (`s3://bucket/prefix`), or `None` for a folder.
+    pub fn uri(&self) -> Option<&str> {
+        let s = self.dir.to_str()?;
+        s.contains("://").then_some(s)
+    }
+
+    /// The local folder for what stays on this machine: the prompt cache, the model-hash
+    /// memo, failure records and the local ingest lock. The index folder itself, or for an
+    /// index on object storage a folder under the user's cache named by the index's URI
+    /// (so two remote indexes never share a prompt cache).
+    pub fn state_dir(&self) -> PathBuf {
+        let Some(uri) = self.uri() else {
+            return self.dir.clone();
+        };
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        let id = blake3::hash(uri.trim_end_matches('/').as_bytes()).to_hex();
+        cache.join("rag").join("remote-index").join(&id[..16])
+    }
+}
+
+/// The ANN index kinds rag builds (LanceDB's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AnnType {
+    IvfHnswSq,
+    IvfPq,
+}
+
+/// `[index.storage]`: object-store options (`aws_endpoint`, `aws_region`, `allow_http`, …).
+/// Shown by `rag config` with the values of secret keys masked.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct StorageOptions(pub BTreeMap<String, String>);
+
+impl StorageOptions {
+    /// Whether `key` names a credential (its value is never printed).
+    pub fn is_secret(key: &str) -> bool {
+        let k = key.to_ascii_lowercase();
+        ["secret", "password", "token", "sas", "key"]
+            .iter()
+            .any(|w| k.contains(w))
+            && !k.ends_with("key_id")
+    }
+}
+
+impl Serialize for StorageOptions {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = ser.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            let shown = if StorageOptions::is_secret(k) {
+                "***"
+            } else {
+                v.as_str()
+            };
+            map.serialize_entry(k, shown)?;
+        }
+        map.end()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -194,6 +271,8 @@ pub struct RetrievalSettings {
     /// Order of the sources in the prompt: path (shared prefixes for the KV cache),
     /// best_first or best_last (next to the question).
     pub source_order: crate::ask::prompt::Order,
+    /// Scan every vector even where the index has an ANN index (`--exact`).
+    pub exact: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -307,6 +386,11 @@ impl Default for IndexSettings {
             dir: ".rag".into(),
             cleanup: true,
             keep_versions_s: 60,
+            storage: StorageOptions::default(),
+            ann_min_rows: 100_000,
+            ann_type: AnnType::IvfHnswSq,
+            ann_nprobes: 20,
+            ann_refine_factor: 5,
         }
     }
 }
@@ -359,6 +443,7 @@ impl Default for RetrievalSettings {
             compress: 0,
             min_similarity: 0.25,
             source_order: crate::ask::prompt::Order::Path,
+            exact: false,
         }
     }
 }
@@ -435,6 +520,7 @@ const OTHER_VARS: &[&str] = &[
     "RAG_LOG",
     "RAG_SERVE_TOKEN",
     "RAG_TEST_CRASH_AT",
+    "RAG_TEST_LEASE_STALE_S",
     "RAG_FUZZ_CASES",
     "RAG_STRESS_EDITS",
 ];
@@ -676,6 +762,17 @@ fn env_layer(defaults: &Table, env: &Env) -> Result<Table> {
                 Value::Integer(_) => raw.trim().parse::<i64>().ok().map(Value::Integer),
                 Value::Float(_) => raw.trim().parse::<f64>().ok().map(Value::Float),
                 Value::Boolean(_) => raw.trim().parse::<bool>().ok().map(Value::Boolean),
+                // Tables: RAG_INDEX_STORAGE="aws_region=eu-west-1,allow_http=true".
+                Value::Table(_) => raw
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.trim().to_string(), Value::String(v.trim().into())))
+                    })
+                    .collect::<Option<Table>>()
+                    .map(Value::Table),
                 // Lists: comma-separated (RAG_CHUNK_EXCLUDE="*.lock,vendor/**").
                 Value::Array(_) => Some(Value::Array(
                     raw.split(',')
@@ -716,8 +813,9 @@ fn resolve_paths(layer: &mut Table, base: &Path) {
         let (section, name) = key.split_once('.').expect("section.key");
         if let Some(Value::String(s)) = layer.get_mut(section).and_then(|t| t.get_mut(name)) {
             let p = Path::new(s.as_str());
-            // An empty path means "not set" (rerank.model), not "this folder".
-            if p.is_relative() && !s.is_empty() {
+            // An empty path means "not set" (rerank.model), not "this folder"; a URI
+            // (`s3://bucket/index`) is not a path.
+            if p.is_relative() && !s.is_empty() && !s.contains("://") {
                 *s = base.join(p).to_string_lossy().into_owned();
             }
         }
@@ -807,7 +905,19 @@ impl Settings {
                 return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
             }
         }
-        let ints: [(&str, u64, u64, u64); 16] = [
+        let ints: [(&str, u64, u64, u64); 18] = [
+            (
+                "index.ann_nprobes",
+                self.index.ann_nprobes as u64,
+                1,
+                1 << 16,
+            ),
+            (
+                "index.ann_refine_factor",
+                self.index.ann_refine_factor.into(),
+                0,
+                1_000,
+            ),
             ("embed.retries", self.embed.retries.into(), 0, 100),
             ("llm.retries", l.retries.into(), 0, 100),
             ("llm.parallel", l.parallel as u64, 1, 256),
@@ -912,6 +1022,42 @@ mod tests {
                 .unwrap_or(s.llm.model);
             s
         })
+    }
+
+    #[test]
+    fn an_object_store_uri_is_kept_and_its_secrets_are_never_shown() {
+        let file = "[index]\ndir = \"s3://bucket/team/idx\"\n[index.storage]\naws_access_key_id = \"AKIA1\"\naws_secret_access_key = \"hunter2\"\n";
+        let env = [(
+            "RAG_INDEX_STORAGE",
+            "aws_region=eu-west-1, aws_session_token=tok",
+        )];
+        let s = run(Some(file), &env, vec![]).unwrap();
+        assert_eq!(
+            s.index.uri(),
+            Some("s3://bucket/team/idx"),
+            "not made relative"
+        );
+        assert_eq!(s.index.storage.0["aws_secret_access_key"], "hunter2");
+        assert_eq!(
+            s.index.storage.0["aws_region"], "eu-west-1",
+            "env merges into the file's table"
+        );
+        let shown = s.to_toml();
+        assert!(
+            shown.contains("AKIA1") && shown.contains("eu-west-1"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("tok\""),
+            "{shown}"
+        );
+        // The local state of a remote index is keyed by its URI; a folder's is the folder.
+        let state = s.index.state_dir();
+        assert!(state.ends_with(&blake3::hash(b"s3://bucket/team/idx").to_hex()[..16]));
+        let local = run(None, &[], vec![]).unwrap();
+        assert_eq!(local.index.state_dir(), local.index.dir);
+        let bad = run(None, &[("RAG_INDEX_STORAGE", "no-equals-sign")], vec![]);
+        assert!(format!("{:#}", bad.unwrap_err()).contains("RAG_INDEX_STORAGE"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::embed::{Embedder, Reranker};
 use crate::exit::Exit;
-use crate::store::Store;
+use crate::store::{Location, Store};
 use crate::ui::Ui;
 
 /// Checksums of the files `scripts/setup.sh` fetches, by file name under models/.
@@ -161,16 +161,19 @@ fn index(
     rt: &tokio::runtime::Runtime,
     out: &mut Vec<Check>,
 ) {
-    let dir = &s.index.dir;
-    if !Store::exists(dir) {
+    let loc = match Location::of(&s.index) {
+        Ok(l) => l,
+        Err(e) => return out.push(check("index", Status::Fail, format!("{e:#}"))),
+    };
+    if !rt.block_on(Store::exists(&loc)).unwrap_or(false) {
         out.push(check(
             "index",
             Status::Fail,
-            format!("no index at {}; run `rag ingest DIR`", dir.display()),
+            format!("no index at {}; run `rag ingest DIR`", loc.display()),
         ));
         return;
     }
-    let store = match rt.block_on(Store::open(dir)) {
+    let store = match rt.block_on(Store::open(&loc)) {
         Ok(st) => st,
         Err(e) => {
             out.push(check("index", Status::Fail, format!("{e:#}")));
@@ -183,12 +186,16 @@ fn index(
         "index",
         Status::Ok,
         format!(
-            "{}: {} files, {} chunks, {} table versions, {:.1} MiB",
-            dir.display(),
+            "{}: {} files, {} chunks, {} table versions{}, vector search: {}",
+            loc.display(),
             stats.as_ref().map_or(0, |x| x.files),
             stats.as_ref().map_or(0, |x| x.chunks),
             versions,
-            dir_bytes(dir) as f64 / (1 << 20) as f64
+            loc.local().map_or(String::new(), |d| format!(
+                ", {:.1} MiB",
+                dir_bytes(d) as f64 / (1 << 20) as f64
+            )),
+            store.ann().unwrap_or("exact scan"),
         ),
     ));
     if let Some(e) = embedder {
@@ -197,14 +204,14 @@ fn index(
         }
     }
     let root = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
-    if store.meta.root != root {
+    if store.meta.root != root && !loc.is_remote() {
         out.push(check("index root", Status::Warn, format!(
             "the index was made for {}, this project is {}; `rag ingest --change-root DIR` if it now belongs here",
             store.meta.root.display(),
             root.display()
         )));
     }
-    let failed = crate::ingest::failed::Failed::load(dir);
+    let failed = crate::ingest::failed::Failed::load(&s.index.state_dir());
     if !failed.files.is_empty() {
         let names: Vec<&str> = failed.files.keys().take(5).map(String::as_str).collect();
         out.push(check(
@@ -223,13 +230,13 @@ fn index(
 }
 
 fn cache_and_disk(s: &Settings, out: &mut Vec<Check>) {
-    let (entries, bytes, damaged) = crate::promptcache::audit(&s.index.dir);
+    let (entries, bytes, damaged) = crate::promptcache::audit(&s.index.state_dir());
     out.push(if damaged == 0 {
         check("prompt cache", Status::Ok, format!("{entries} entries, {:.1} MiB", bytes as f64 / (1 << 20) as f64))
     } else {
         check("prompt cache", Status::Warn, format!(
             "{damaged} of {entries} entries fail their checksum; they are dropped when next chosen, or remove {}",
-            s.index.dir.join("prompt-cache").display()
+            s.index.state_dir().join("prompt-cache").display()
         ))
     });
     let probe = s
@@ -276,7 +283,7 @@ fn free_bytes(p: &Path) -> u64 {
 /// Runs every check; prints a table (or `--json`); exit 1 when one failed.
 pub fn run(s: &Settings, json: bool, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
     let mut out = Vec::new();
-    let memo = s.index.dir.join("model-hashes.json");
+    let memo = s.index.state_dir().join("model-hashes.json");
     let embedder = models(s, &memo, &mut out);
     index(s, embedder.as_ref(), rt, &mut out);
     cache_and_disk(s, &mut out);

@@ -19,6 +19,7 @@ pub mod api;
 pub mod ask;
 pub mod atomic;
 pub mod bench;
+pub mod bench_ann;
 pub mod chat;
 pub mod cli;
 pub mod config;
@@ -86,6 +87,9 @@ fn overrides(cli: &Cli) -> config::Overrides {
                 Value::try_from(m).expect("a mode is a string"),
             ));
         }
+        if r.exact {
+            o.push(("retrieval.exact", Value::Boolean(true)));
+        }
     };
     match &cli.command {
         Command::Ingest(a) => {
@@ -100,6 +104,7 @@ fn overrides(cli: &Cli) -> config::Overrides {
         }
         Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
         Command::BenchStore(_)
+        | Command::BenchAnn(_)
         | Command::Doctor(_)
         | Command::Init(_)
         | Command::Config(_)
@@ -236,6 +241,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
         Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
+        Command::BenchAnn(a) => crate::bench_ann::run(&settings, a, &ui, &rt),
         Command::Mcp(a) => {
             let (engine, q) = warm_engine(&settings, &a.retrieval, verbose, &rt)?;
             mcp::serve(&engine, &q, true, &ui)

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::config::Settings;
 use crate::exit::ExitError;
-use crate::store::Store;
+use crate::store::{Location, Store};
 use crate::ui::Ui;
 
 #[derive(Debug, Serialize)]
@@ -28,6 +28,8 @@ pub struct Status {
     pub root: PathBuf,
     pub files: usize,
     pub chunks: usize,
+    /// The vector index searches go through (`IVF_HNSW_SQ`, …); none = exact scans.
+    pub ann_index: Option<String>,
     pub embed_model: String,
     pub embed_dim: usize,
     pub generators: Vec<Generator>,
@@ -57,17 +59,26 @@ fn last_commit(dir: &Path) -> Option<u64> {
 }
 
 pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
-    let dir = &s.index.dir;
-    if !Store::exists(dir) {
+    let loc = Location::of(&s.index)?;
+    if !rt.block_on(Store::exists(&loc))? {
         return Err(ExitError::no_index(format!(
             "no index at {}; run `rag ingest DIR` first",
-            dir.display()
+            loc.display()
         )));
     }
-    let store = rt.block_on(Store::open(dir))?;
+    let store = rt.block_on(Store::open(&loc))?;
+    // What stays on this machine: the index folder itself, or a remote index's local state.
+    let dir = &s.index.state_dir();
     let stats = rt.block_on(store.stats())?;
     let states = rt.block_on(store.file_states())?;
-    let root = &store.meta.root;
+    // Paths are relative to the project root: the one the index records, or for an index on
+    // object storage (shared by machines) this checkout's.
+    let here = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
+    let root = if loc.is_remote() {
+        &here
+    } else {
+        &store.meta.root
+    };
     let (mut changed, mut missing) = (0, 0);
     for st in states.values() {
         match std::fs::symlink_metadata(root.join(&st.path)) {
@@ -101,7 +112,8 @@ pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
     .collect();
     let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
     Ok(Status {
-        index: dir.clone(),
+        index: s.index.dir.clone(),
+        ann_index: store.ann().map(String::from),
         root: root.clone(),
         files: stats.files,
         chunks: stats.chunks,
@@ -150,7 +162,14 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
             "files",
             format!("{} ({} failed)", st.files, st.files_failed),
         ),
-        ("chunks", st.chunks.to_string()),
+        (
+            "chunks",
+            format!(
+                "{} (vector search: {})",
+                st.chunks,
+                st.ann_index.as_deref().unwrap_or("exact scan")
+            ),
+        ),
         (
             "embedder",
             format!("{} ({} dims)", st.embed_model, st.embed_dim),
@@ -172,11 +191,15 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
         ("last ingest", ago(st.last_ingest_unix)),
         (
             "on disk",
-            format!(
-                "{}, {} table versions",
-                mib(st.disk_bytes),
-                st.table_versions
-            ),
+            if st.index.to_string_lossy().contains("://") {
+                format!("object storage, {} table versions", st.table_versions)
+            } else {
+                format!(
+                    "{}, {} table versions",
+                    mib(st.disk_bytes),
+                    st.table_versions
+                )
+            },
         ),
         (
             "prompt cache",

@@ -16,6 +16,8 @@ mod faults;
 mod ingest;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/object_storage.rs"]
+mod object_storage;
 #[path = "cli/project.rs"]
 mod project;
 #[path = "cli/prompt.rs"]

@@ -23,7 +23,7 @@ use crate::exit::Exit;
 use crate::llm::{ContextParams, StopReason};
 use crate::printer::Format;
 use crate::retrieve::{self, Fusion, Mode, Ranked};
-use crate::store::{Stamp, Store};
+use crate::store::{Location, Stamp, Store, VectorSearch};
 use crate::ui::Ui;
 
 /// The retrieval query of a question asked after `history` (earlier questions, oldest
@@ -123,6 +123,10 @@ pub struct Answer {
     pub model: Option<ModelOut>,
 }
 
+fn vector_search(s: &Settings) -> VectorSearch {
+    VectorSearch::of(&s.index, s.retrieval.exact)
+}
+
 fn fusion(s: &Settings) -> Fusion {
     Fusion {
         k: s.retrieval.rrf_k,
@@ -157,8 +161,11 @@ impl Retriever {
         mode: Mode,
         rt: &tokio::runtime::Runtime,
     ) -> Result<Retriever> {
-        let stamp = Store::stamp(&settings.index.dir);
-        let store = rt.block_on(Store::open(&settings.index.dir))?;
+        let loc = Location::of(&settings.index)?;
+        let stamp = rt.block_on(Store::stamp(&loc));
+        let store = rt
+            .block_on(Store::open(&loc))?
+            .with_search(vector_search(settings));
         let embedder = if mode == Mode::Text {
             None
         } else {
@@ -186,17 +193,19 @@ impl Retriever {
     /// did. The new version must have been made with the loaded embedder (else exit 4, and
     /// the old version stays in use).
     pub fn refresh(&self, settings: &Settings, rt: &tokio::runtime::Runtime) -> Result<bool> {
-        let dir = &settings.index.dir;
-        let stamp = Store::stamp(dir);
+        let loc = Location::of(&settings.index)?;
+        let stamp = rt.block_on(Store::stamp(&loc));
         if self.store.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
             return Ok(false);
         }
-        let store = rt.block_on(Store::open(dir))?;
+        let store = rt
+            .block_on(Store::open(&loc))?
+            .with_search(vector_search(settings));
         if let Some(e) = &self.embedder {
             store.check_model(&lock(e).info)?;
         }
         *self.store.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(store), stamp);
-        tracing::info!(index = %dir.display(), "index re-opened: a new version was committed");
+        tracing::info!(index = %loc.display(), "index re-opened: a new version was committed");
         Ok(true)
     }
 

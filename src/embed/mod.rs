@@ -36,6 +36,19 @@ pub struct ModelInfo {
     pub passage_prefix: String,
 }
 
+impl ModelInfo {
+    /// The record of an index of synthetic vectors (benchmarks): no model can search it.
+    pub fn synthetic(dim: usize) -> ModelInfo {
+        ModelInfo {
+            name: "synthetic".into(),
+            dim,
+            file_hash: "synthetic".into(),
+            pooling: mean(),
+            passage_prefix: String::new(),
+        }
+    }
+}
+
 fn mean() -> String {
     "mean".into()
 }

@@ -178,7 +178,7 @@ impl<'rt> Answerer<'rt> {
             let loaded = match want.backend {
                 Backend::Local => {
                     let llm = Llm::load(&want.path, self.vocab_only)?;
-                    let memo = self.settings.index.dir.join("model-hashes.json");
+                    let memo = self.settings.index.state_dir().join("model-hashes.json");
                     let sha256 = crate::hashcache::sha256(&llm.path, &memo)?;
                     Loaded::Local { llm, sha256 }
                 }
@@ -395,7 +395,7 @@ impl<'rt> Answerer<'rt> {
         let cache = (cache && settings.llm.prompt_cache_mb > 0).then(|| {
             let n_ctx = n_ctx.to_string();
             PromptCache::new(
-                &settings.index.dir,
+                &settings.index.state_dir(),
                 &[sha256, &n_ctx, LLAMA_CPP_BUILD],
                 settings.llm.prompt_cache_mb << 20,
             )

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::embed::Embedder;
 use crate::exit::ExitError;
-use crate::store::{ChunkMeta, FileState, IndexMeta, Row, Store};
+use crate::store::{AnnPolicy, ChunkMeta, FileState, IndexMeta, Lease, Location, Row, Store};
 use crate::ui::Ui;
 use chunk::{ChunkOptions, HEADING_BUDGET};
 use walk::SourceFile;
@@ -195,6 +195,59 @@ fn lock(dir: &Path) -> Result<IngestLock> {
     Ok(IngestLock { _file: file })
 }
 
+/// Where an ingest writes, and the locks that make it the only writer.
+struct Target {
+    /// The index as it is (`index.dir`).
+    loc: Location,
+    /// Where this run writes it: the same place, or for a `--rebuild` of a folder a new
+    /// folder beside it that is swapped in at the end. A remote index is rebuilt in place.
+    target: Location,
+    /// The local folder for failure records (the new one, in a folder rebuild).
+    records: PathBuf,
+    _lock: Option<IngestLock>,
+    _lease: Option<Lease>,
+}
+
+fn target(
+    settings: &Settings,
+    opts: &IngestOptions,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Target> {
+    let loc = Location::of(&settings.index)?;
+    let state = settings.index.state_dir();
+    let lock = if opts.dry_run {
+        None
+    } else {
+        Some(lock(&state)?)
+    };
+    // A remote index is shared by machines: its lock is an object beside the tables.
+    let lease = match (&loc, opts.dry_run) {
+        (Location::Remote(r), false) => Some(Lease::acquire(r, rt)?),
+        _ => None,
+    };
+    let (target, records) = match (&loc, opts.rebuild) {
+        (Location::Local(dir), rebuild) => {
+            if !opts.dry_run {
+                rebuild::recover(dir)?;
+            }
+            let t = if rebuild {
+                rebuild::next_dir(dir)
+            } else {
+                dir.clone()
+            };
+            (Location::Local(t.clone()), t)
+        }
+        (Location::Remote(_), _) => (loc.clone(), state),
+    };
+    Ok(Target {
+        loc,
+        target,
+        records,
+        _lock: lock,
+        _lease: lease,
+    })
+}
+
 pub fn run(
     settings: &Settings,
     inputs: &[PathBuf],
@@ -203,19 +256,12 @@ pub fn run(
     rt: &tokio::runtime::Runtime,
 ) -> Result<Report> {
     let started = Instant::now();
-    let dir = &settings.index.dir;
-    let _lock = if opts.dry_run { None } else { Some(lock(dir)?) };
-    if !opts.dry_run {
-        rebuild::recover(dir)?;
-    }
+    let t = target(settings, opts, rt)?;
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
-    check_root(dir, &root, opts.change_root)?;
-    // A rebuild writes a new index beside the old one and swaps it in at the end.
-    let target = if opts.rebuild {
-        rebuild::next_dir(dir)
-    } else {
-        dir.to_path_buf()
-    };
+    // An index in a bucket is shared by design: each machine's checkout is its root.
+    if !t.loc.is_remote() {
+        check_root(&t.loc, &root, opts.change_root, rt)?;
+    }
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
     let walked = walk_inputs(settings, &root, inputs, opts, &filter)?;
@@ -233,9 +279,9 @@ pub fn run(
     };
     report.files_skipped = errors(&walked.skipped);
     report.files_failed = errors(&walked.failed);
-    let mut failed = failed::Failed::load(&target);
-    let existing = if !opts.rebuild && Store::exists(dir) {
-        Some(rt.block_on(Store::open(dir))?)
+    let mut failed = failed::Failed::load(&t.records);
+    let existing = if !opts.rebuild && rt.block_on(Store::exists(&t.loc))? {
+        Some(rt.block_on(Store::open(&t.loc))?)
     } else {
         None
     };
@@ -283,17 +329,7 @@ pub fn run(
         chunk_meta(&settings.chunk),
         root.clone(),
     );
-    let store = match existing {
-        Some(mut s) => {
-            s.check(&meta)?;
-            if s.meta.root != root {
-                // A moved project, or --change-root: the index now belongs here.
-                s.set_root(dir, &root)?;
-            }
-            s
-        }
-        None => rt.block_on(Store::open_or_create(&target, meta))?,
-    };
+    let mut store = open_store(existing, &t, meta, settings, rt)?;
     let reuse = reusable(&todo, &states, &store, rt)?;
     if !plan.removed.is_empty() {
         let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
@@ -310,26 +346,72 @@ pub fn run(
     failed.save()?;
 
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
-        tidy(&store, &settings.index, ui, rt)?;
+        tidy(&mut store, &settings.index, ui, rt)?;
     }
     drop(store);
-    if opts.rebuild {
+    if let (true, Location::Local(dir)) = (opts.rebuild, &t.loc) {
         rebuild::finish(dir)?;
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
 }
 
+/// The index to write: the existing one (checked against this run's model and settings, and
+/// moved to `root` if the project moved), or a new one. A remote `--rebuild` starts by
+/// deleting the old tables (there is no folder to build beside them and swap in).
+fn open_store(
+    existing: Option<Store>,
+    t: &Target,
+    meta: IndexMeta,
+    settings: &Settings,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Store> {
+    if let Some(mut s) = existing {
+        s.check(&meta)?;
+        if s.meta.root != meta.root && !t.loc.is_remote() {
+            // A moved project, or --change-root: the index now belongs here.
+            rt.block_on(s.set_root(&meta.root))?;
+        }
+        return Ok(s);
+    }
+    if t.target.is_remote() && rt.block_on(Store::exists(&t.target))? {
+        rt.block_on(t.target.clear_remote())?;
+        let cache = settings.index.state_dir().join("prompt-cache");
+        if cache.exists() {
+            std::fs::remove_dir_all(&cache)
+                .with_context(|| format!("removing {}", cache.display()))?;
+        }
+    }
+    rt.block_on(Store::open_or_create(&t.target, meta))
+}
+
 /// After a run that wrote: the full-text index catches up, then old versions are cleaned
 /// up (`index.cleanup`); compaction rewrites rows, so the text index catches up again.
 fn tidy(
-    store: &Store,
+    store: &mut Store,
     s: &crate::config::IndexSettings,
     ui: &Ui,
     rt: &tokio::runtime::Runtime,
 ) -> Result<()> {
     let spin = ui.spinner("updating the full-text index");
     rt.block_on(store.refresh_text_index())?;
+    spin.finish_and_clear();
+    let policy = AnnPolicy {
+        min_rows: s.ann_min_rows,
+        kind: s.ann_type,
+    };
+    let spin = ui.spinner("updating the ANN vector index");
+    let started = Instant::now();
+    // The rows are committed either way: a failed build costs search speed, not data.
+    match rt.block_on(store.update_ann(policy)) {
+        Ok(true) => {
+            tracing::info!(kind = ?s.ann_type, ms = started.elapsed().as_millis() as u64, "ANN index built")
+        }
+        Ok(false) => {}
+        Err(e) => ui.warn(&format!(
+            "the ANN vector index was not built ({e:#}); searches scan every vector until the next ingest builds it (index.ann_type, index.ann_min_rows)"
+        )),
+    }
     spin.finish_and_clear();
     if s.cleanup {
         let keep = std::time::Duration::from_secs(s.keep_versions_s);
@@ -346,8 +428,13 @@ fn tidy(
 /// still exists: its paths would mix with this project's, and pruning would remove the
 /// other project's files. A root that is gone is a moved project (paths are relative, so
 /// the index still fits); `--change-root` says the new root is meant.
-fn check_root(dir: &Path, root: &Path, change_root: bool) -> Result<()> {
-    let Some(recorded) = crate::store::recorded_root(dir) else {
+fn check_root(
+    loc: &Location,
+    root: &Path,
+    change_root: bool,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let Some(recorded) = rt.block_on(crate::store::recorded_root(loc)) else {
         return Ok(());
     };
     let same = std::fs::canonicalize(&recorded).is_ok_and(|r| r == root) || recorded == root;
@@ -356,7 +443,7 @@ fn check_root(dir: &Path, root: &Path, change_root: bool) -> Result<()> {
     }
     Err(ExitError::usage(format!(
         "the index at {} belongs to the project at {}, not {}: an ingest from here would mix the two and prune the other project's files. Run rag from {}, give this project its own index (--index DIR or index.dir), or pass --change-root to make {} the index's project",
-        dir.display(),
+        loc.display(),
         recorded.display(),
         root.display(),
         recorded.display(),

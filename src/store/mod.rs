@@ -8,6 +8,11 @@
 //! - `index.json`: the embedding model and chunk settings the vectors were made with.
 
 mod durable;
+mod lease;
+mod location;
+
+pub use lease::Lease;
+pub use location::{storage_error, Location, Remote};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -126,6 +131,47 @@ pub struct Store {
     chunks: Table,
     files: Table,
     pub meta: IndexMeta,
+    loc: Location,
+    /// The type of the chunks table's vector index, if it has one (see [`Store::update_ann`]).
+    ann: Option<String>,
+    search: VectorSearch,
+}
+
+/// How a vector search runs when the table has an ANN index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VectorSearch {
+    /// Scan every vector anyway (`rag search --exact`).
+    pub exact: bool,
+    pub nprobes: usize,
+    pub refine_factor: u32,
+}
+
+impl Default for VectorSearch {
+    fn default() -> Self {
+        VectorSearch {
+            exact: false,
+            nprobes: 20,
+            refine_factor: 5,
+        }
+    }
+}
+
+impl VectorSearch {
+    /// The `[index]` ANN settings; `exact` from `rag search --exact`.
+    pub fn of(s: &crate::config::IndexSettings, exact: bool) -> VectorSearch {
+        VectorSearch {
+            exact,
+            nprobes: s.ann_nprobes,
+            refine_factor: s.ann_refine_factor,
+        }
+    }
+}
+
+/// When ingest builds and refreshes the ANN index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnnPolicy {
+    pub min_rows: usize,
+    pub kind: crate::config::AnnType,
 }
 
 fn chunk_schema(dim: usize) -> SchemaRef {
@@ -171,33 +217,44 @@ fn path_in(paths: &[&str]) -> String {
     format!("path IN ({})", list.join(", "))
 }
 
-async fn connect(dir: &Path) -> Result<Connection> {
-    let uri = dir
-        .to_str()
-        .ok_or_else(|| anyhow!("index folder {} is not valid UTF-8", dir.display()))?;
-    lancedb::connect(uri)
-        .session(durable::session())
-        .execute()
-        .await
-        .with_context(|| format!("opening the index at {}", dir.display()))
+async fn connect(loc: &Location) -> Result<Connection> {
+    let uri = loc.uri()?;
+    let builder = match loc {
+        Location::Local(_) => lancedb::connect(&uri).session(durable::session()),
+        Location::Remote(r) => lancedb::connect(&uri).storage_options(r.options.clone()),
+    };
+    builder.execute().await.map_err(|e| match loc {
+        Location::Remote(r) => location::storage_error(e, &r.uri, "opening the index at"),
+        Location::Local(_) => anyhow!(e).context(format!("opening the index at {}", loc.display())),
+    })
 }
 
-/// What identifies the committed state of an index on disk: each table's version folder
+/// What identifies the committed state of an index: in a folder, each table's version folder
 /// (a commit adds a manifest there) and the metadata file (a rebuild replaces it), by inode
-/// and modification time. Equal stamps mean no ingest committed in between.
+/// and modification time; on object storage, the listing of the version manifests and the
+/// metadata object's ETag. Equal stamps mean no ingest committed in between.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stamp(Vec<Option<(u64, i64, i64)>>);
+pub enum Stamp {
+    Local(Vec<Option<(u64, i64, i64)>>),
+    Remote(Vec<String>),
+}
 
 impl Store {
-    /// The index's [`Stamp`] now (cheap: three `stat` calls).
-    pub fn stamp(dir: &Path) -> Stamp {
+    /// The index's [`Stamp`] now (three `stat` calls, or three requests).
+    pub async fn stamp(loc: &Location) -> Stamp {
         use std::os::unix::fs::MetadataExt;
+        let dir = match loc {
+            Location::Local(dir) => dir,
+            Location::Remote(r) => {
+                return Stamp::Remote(Location::remote_stamp(r, &[CHUNKS, FILES]).await)
+            }
+        };
         let paths = [
             dir.join(META),
             dir.join(format!("{CHUNKS}.lance/_versions")),
             dir.join(format!("{FILES}.lance/_versions")),
         ];
-        Stamp(
+        Stamp::Local(
             paths
                 .iter()
                 .map(|p| {
@@ -208,68 +265,65 @@ impl Store {
         )
     }
 
-    /// Whether `dir` holds an index.
-    pub fn exists(dir: &Path) -> bool {
-        dir.join(META).is_file()
+    /// Whether `loc` holds an index.
+    pub async fn exists(loc: &Location) -> Result<bool> {
+        match loc {
+            Location::Local(dir) => Ok(dir.join(META).is_file()),
+            Location::Remote(_) => Ok(loc.read(META).await?.is_some()),
+        }
     }
 
     /// Opens an existing index for reading and writing.
-    pub async fn open(dir: &Path) -> Result<Store> {
-        let meta_path = dir.join(META);
-        let text = match std::fs::read_to_string(&meta_path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(ExitError::no_index(format!(
-                    "no index at {}; run `rag ingest DIR` first",
-                    dir.display()
-                )))
-            }
-            Err(e) => return Err(anyhow!(e).context(format!("reading {}", meta_path.display()))),
+    pub async fn open(loc: &Location) -> Result<Store> {
+        let dir = loc.display();
+        let Some(text) = loc.read(META).await? else {
+            return Err(ExitError::no_index(format!(
+                "no index at {dir}; run `rag ingest DIR` first"
+            )));
         };
         let meta: IndexMeta = serde_json::from_str(&text).map_err(|e| {
             ExitError::incompatible(format!(
-                "{} is unreadable ({e}); rebuild the index with `rag ingest --rebuild DIR`",
-                meta_path.display()
+                "{dir}/{META} is unreadable ({e}); rebuild the index with `rag ingest --rebuild DIR`"
             ))
         })?;
         if meta.layout != LAYOUT_VERSION {
             return Err(ExitError::incompatible(format!(
-                "the index at {} has layout {} but this rag writes layout {LAYOUT_VERSION}; rebuild it with `rag ingest --rebuild DIR`",
-                dir.display(),
+                "the index at {dir} has layout {} but this rag writes layout {LAYOUT_VERSION}; rebuild it with `rag ingest --rebuild DIR`",
                 meta.layout
             )));
         }
-        let db = connect(dir).await?;
-        let chunks = db.open_table(CHUNKS).execute().await.map_err(|e| {
+        let db = connect(loc).await?;
+        let damaged = |e: lancedb::Error| {
             ExitError::incompatible(format!(
-                "the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`",
-                dir.display()
+                "the index at {dir} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`"
             ))
-        })?;
-        let files = db.open_table(FILES).execute().await.map_err(|e| {
-            ExitError::incompatible(format!(
-                "the index at {} is damaged ({e}); rebuild it with `rag ingest --rebuild DIR`",
-                dir.display()
-            ))
-        })?;
+        };
+        let chunks = db.open_table(CHUNKS).execute().await.map_err(damaged)?;
+        let files = db.open_table(FILES).execute().await.map_err(damaged)?;
+        let ann = vector_index(&chunks).await?;
         Ok(Store {
             db,
             chunks,
             files,
             meta,
+            loc: loc.clone(),
+            ann,
+            search: VectorSearch::default(),
         })
     }
 
     /// Opens the index, creating it if missing. An index made with another model or other
     /// chunk settings is an error that names the difference.
-    pub async fn open_or_create(dir: &Path, meta: IndexMeta) -> Result<Store> {
-        if Store::exists(dir) {
-            let store = Store::open(dir).await?;
+    pub async fn open_or_create(loc: &Location, meta: IndexMeta) -> Result<Store> {
+        if Store::exists(loc).await? {
+            let store = Store::open(loc).await?;
             store.check(&meta)?;
             return Ok(store);
         }
-        create_private_dir(dir)?;
-        let db = connect(dir).await?;
+        if let Location::Local(dir) = loc {
+            create_private_dir(dir)?;
+        }
+        let db = connect(loc).await?;
         let names = db.table_names().execute().await?;
         // Tables left by an ingest killed before index.json was written are recreated.
         for name in [CHUNKS, FILES] {
@@ -292,12 +346,15 @@ impl Store {
             .execute()
             .await?;
         // index.json last: its presence says the tables are complete.
-        crate::atomic::write(&dir.join(META), &serde_json::to_vec_pretty(&meta)?)?;
+        loc.write(META, &serde_json::to_vec_pretty(&meta)?).await?;
         Ok(Store {
             db,
             chunks,
             files,
             meta,
+            loc: loc.clone(),
+            ann: None,
+            search: VectorSearch::default(),
         })
     }
 
@@ -323,11 +380,12 @@ impl Store {
         )))
     }
 
-    /// Records `root` as the project root of the index in `dir` (index.json rewritten
-    /// atomically and durably, so a crash leaves the old or the new one).
-    pub fn set_root(&mut self, dir: &Path, root: &Path) -> Result<()> {
+    /// Records `root` as the project root of the index (index.json rewritten atomically and
+    /// durably, so a crash leaves the old or the new one).
+    pub async fn set_root(&mut self, root: &Path) -> Result<()> {
         self.meta.root = root.to_path_buf();
-        crate::atomic::write(&dir.join(META), &serde_json::to_vec_pretty(&self.meta)?)
+        let bytes = serde_json::to_vec_pretty(&self.meta)?;
+        self.loc.write(META, &bytes).await
     }
 
     /// Checks only the embedding model and how it was used (what search needs).
@@ -636,7 +694,19 @@ impl Store {
         })
     }
 
-    /// Nearest chunks by cosine distance (exact scan: fast enough at this scale, and exact).
+    /// How vector searches on this store run (ANN probes, `--exact`).
+    pub fn with_search(mut self, search: VectorSearch) -> Store {
+        self.search = search;
+        self
+    }
+
+    pub fn set_search(&mut self, search: VectorSearch) {
+        self.search = search;
+    }
+
+    /// Nearest chunks by cosine distance: through the ANN index when the table has one
+    /// (ingest builds it past `index.ann_min_rows`; rows added since are scanned exactly and
+    /// merged in), else an exact scan of every vector.
     pub async fn vector_search(
         &self,
         vector: &[f32],
@@ -658,11 +728,78 @@ impl Store {
                 "text",
                 "_distance",
             ]));
+        match (&self.ann, self.search.exact) {
+            (Some(kind), false) => {
+                q = q.nprobes(self.search.nprobes)?;
+                if self.search.refine_factor > 0 {
+                    q = q.refine_factor(self.search.refine_factor);
+                }
+                tracing::info!(
+                    index = %kind,
+                    nprobes = self.search.nprobes,
+                    refine_factor = self.search.refine_factor,
+                    "vector search: ANN index"
+                );
+            }
+            (Some(_), true) => {
+                q = q.bypass_vector_index();
+                tracing::info!("vector search: exact scan (--exact)");
+            }
+            (None, _) => tracing::info!("vector search: exact scan (no ANN index)"),
+        }
         if let Some(f) = filter {
             q = q.only_if(f);
         }
         let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
         hits(&batches, "_distance", |d| 1.0 - d)
+    }
+
+    /// The ANN index type in use, if any.
+    pub fn ann(&self) -> Option<&str> {
+        self.ann.as_deref()
+    }
+
+    /// Keeps the ANN index in step with the table, after an ingest's commits: built once the
+    /// table reaches `policy.min_rows`, then extended with new rows by the text index's
+    /// refresh (`OptimizeAction::Index` covers every index), and retrained from scratch when
+    /// fewer than half of the rows are in it (its partitions were learnt on a smaller table).
+    /// Returns whether it (re)built the index.
+    pub async fn update_ann(&mut self, policy: AnnPolicy) -> Result<bool> {
+        let rows = self.chunks.count_rows(None).await?;
+        if rows < policy.min_rows.max(1) {
+            return Ok(false);
+        }
+        if self.ann.is_some() {
+            let stats = self.chunks.index_stats(VECTOR_INDEX).await?;
+            if stats.is_some_and(|s| s.num_indexed_rows * 2 >= rows) {
+                return Ok(false);
+            }
+        }
+        self.rebuild_ann(policy.kind).await?;
+        Ok(true)
+    }
+
+    /// Builds the ANN index of type `kind` from every row now, replacing the old one.
+    pub async fn rebuild_ann(&mut self, kind: crate::config::AnnType) -> Result<()> {
+        use crate::config::AnnType;
+        use lancedb::index::vector::{IvfHnswSqIndexBuilder, IvfPqIndexBuilder};
+        let index = match kind {
+            AnnType::IvfHnswSq => Index::IvfHnswSq(
+                IvfHnswSqIndexBuilder::default().distance_type(DistanceType::Cosine),
+            ),
+            AnnType::IvfPq => {
+                Index::IvfPq(IvfPqIndexBuilder::default().distance_type(DistanceType::Cosine))
+            }
+        };
+        self.chunks
+            .create_index(&["vector"], index)
+            .name(VECTOR_INDEX.to_string())
+            .replace(true)
+            .execute()
+            .await
+            .context("building the ANN vector index")?;
+        self.ann = vector_index(&self.chunks).await?;
+        Ok(())
     }
 
     /// Best chunks by BM25 over the heading path and text.
@@ -695,6 +832,19 @@ impl Store {
         let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
         hits(&batches, "_score", |s| s)
     }
+}
+
+/// The name rag gives the chunks table's vector index.
+const VECTOR_INDEX: &str = "vector_idx";
+
+/// The type of the vector index on `table`, if it has one.
+async fn vector_index(table: &Table) -> Result<Option<String>> {
+    Ok(table
+        .list_indices()
+        .await?
+        .into_iter()
+        .find(|i| i.columns.iter().any(|c| c == "vector"))
+        .map(|i| i.index_type.to_string()))
 }
 
 /// A column of a query result, or an error naming it.
@@ -738,7 +888,8 @@ pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async { Store::open(dir).await?.chunk_ids().await })
+    let loc = Location::Local(dir.to_path_buf());
+    rt.block_on(async { Store::open(&loc).await?.chunk_ids().await })
 }
 
 /// Fault injection for the crash tests: with `RAG_TEST_CRASH_AT=N`, the process aborts
@@ -766,10 +917,10 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("creating the index folder {}", dir.display()))
 }
 
-/// The project root recorded in the index at `dir`, read leniently (any layout, even one
+/// The project root recorded in the index at `loc`, read leniently (any layout, even one
 /// this rag cannot open), so the check works before a `--rebuild` too.
-pub fn recorded_root(dir: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(dir.join(META)).ok()?;
+pub async fn recorded_root(loc: &Location) -> Option<PathBuf> {
+    let text = loc.read(META).await.ok()??;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v.get("root")?.as_str().map(PathBuf::from)
 }

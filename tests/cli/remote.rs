@@ -5,26 +5,19 @@
 //! (an unreachable one) runs everywhere.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{repo, Project};
+use crate::support::{free_port, repo, Project, Started};
 
 const FACT: &str = "How fast does the flux regulator aboard Orbital Station Meridian hum?";
 
 struct LlamaServer {
-    child: Child,
+    _process: Started,
     url: String,
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts llama-server on a free loopback port with `model` (4 slots of 2,048 tokens, as
@@ -37,11 +30,7 @@ fn llama_server_with(model: &str, extra: &[&str]) -> LlamaServer {
     let bin = std::env::var("RAG_LLAMA_SERVER").expect(
         "RAG_LLAMA_SERVER names the llama-server binary: run these tests with `make test-remote`",
     );
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = Command::new(&bin)
         .args(["-m", repo().join("models").join(model).to_str().unwrap()])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -52,7 +41,7 @@ fn llama_server_with(model: &str, extra: &[&str]) -> LlamaServer {
         .spawn()
         .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
     let server = LlamaServer {
-        child,
+        _process: Started(child),
         url: format!("http://127.0.0.1:{port}/v1"),
     };
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -1,5 +1,6 @@
 //! Retrieval options for users with other models: a cross-encoder reranker, and embedders
-//! that pool with CLS or expect query/passage prefixes (bge, e5).
+//! that pool with CLS or expect query/passage prefixes (bge, e5); and the ANN vector index
+//! of large tables.
 
 use crate::support::{repo, Project};
 
@@ -139,4 +140,45 @@ fn pooling_and_passage_prefix_belong_to_the_index_and_the_query_prefix_does_not(
     );
     let (code, _, err) = p.run(&["search", "lighthouse"]);
     assert_eq!(code, 4, "{err}");
+}
+
+#[test]
+fn past_ann_min_rows_ingest_builds_an_ann_index_that_search_uses_unless_exact() {
+    let p = Project::with_docs();
+    let small = [("RAG_INDEX_ANN_MIN_ROWS", "5")];
+    let (code, _, err) = p.run_env(&small, &["ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&p.run(&["status", "--json"]).1).unwrap();
+    assert_eq!(status["ann_index"], "IVF_HNSW_SQ", "{status}");
+
+    let query = "how do I resume a stopped download";
+    let (code, ann, log) = p.run(&["search", "-v", "--json", query]);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("vector search: ANN index"), "{log}");
+    let (code, exact, log) = p.run(&["search", "-v", "--json", "--exact", query]);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("exact scan (--exact)"), "{log}");
+    let (ann, exact): (serde_json::Value, serde_json::Value) = (
+        serde_json::from_str(&ann).unwrap(),
+        serde_json::from_str(&exact).unwrap(),
+    );
+    // Refined ANN candidates carry exact cosines: the same hits, in the same order.
+    assert_eq!(spans(&ann), spans(&exact));
+
+    // Below the threshold nothing is built, and an edit keeps an existing index current.
+    let q = Project::with_docs();
+    q.ingest();
+    let log_small = q.run(&["search", "-v", query]).2;
+    assert!(
+        log_small.contains("exact scan (no ANN index)"),
+        "{log_small}"
+    );
+    p.doc(
+        "extra.md",
+        "# Extra\n\nResuming a stopped download needs the partial file.\n",
+    );
+    let (code, _, err) = p.run_env(&small, &["ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    let hits = p.json(&["search", "--json", "resume a stopped download partial file"]);
+    assert!(hits.to_string().contains("docs/extra.md"), "{hits}");
 }

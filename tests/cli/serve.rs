@@ -2,23 +2,16 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::Project;
+use crate::support::{Project, Started};
 
 struct Server {
-    child: Child,
+    child: Started,
     addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `rag serve --addr 127.0.0.1:0` (plus `args`) and reads the address it printed.
@@ -46,7 +39,10 @@ fn start(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Server {
     let addr = rx
         .recv_timeout(Duration::from_secs(120))
         .expect("rag serve printed its address");
-    Server { child, addr }
+    Server {
+        child: Started(child),
+        addr,
+    }
 }
 
 fn send(addr: &str, method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> TcpStream {
@@ -355,14 +351,14 @@ fn serve_refuses_past_its_queue_and_drains_on_sigterm() {
     );
 
     // SIGTERM mid-answer: the answer finishes, then the server exits 0.
-    unsafe { libc_kill(srv.child.id() as i32, 15) };
+    unsafe { libc_kill(srv.child.0.id() as i32, 15) };
     let mut rest = String::new();
     first.read_to_string(&mut rest).unwrap();
     assert!(
         rest.contains("\"event\":\"done\""),
         "the answer in flight was finished: {rest}"
     );
-    let status = srv.child.wait().unwrap();
+    let status = srv.child.0.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
 
