@@ -22,6 +22,15 @@ if [[ -f $home/.installed ]]; then
   exit 0
 fi
 say "installing moto[server] $version into $home"
+# Debian's own python3 ships venv (with ensurepip) as a separate package.
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  command -v apt-get >/dev/null || { say "python3's venv module is missing: install python3-venv"; exit 1; }
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  say "installing python3-venv"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+fi
 rm -rf "$home"
 python3 -m venv "$home"
 "$home/bin/pip" install -q --disable-pip-version-check "moto[server]==$version" >&2

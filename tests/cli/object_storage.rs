@@ -143,6 +143,20 @@ fn an_index_in_a_bucket_ingests_searches_answers_and_reingests_incrementally() {
     assert_eq!(rebuilt["files_added"], first["files_added"], "{rebuilt}");
     assert_eq!(s3.chunks(), chunks);
 
+    // `rag serve` on the bucket picks up another machine's commit without a restart.
+    let env: Vec<(&str, &str)> = s3.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let srv = crate::serve::start(&s3.p, &env, &[]);
+    let other_machine = S3Project::new(&server, "team/index");
+    other_machine.p.doc(
+        "heron.md",
+        "# Heron gearbox\n\nThe Heron gearbox takes 3.5 litres of ISO VG 220 oil.\n",
+    );
+    other_machine.json(&["ingest", "--json", "docs"]);
+    let body = r#"{"query": "Heron gearbox oil", "top_k": 1}"#;
+    let found = crate::serve::call(&srv.addr, "POST", "/v1/search", body).json();
+    assert_eq!(found["hits"][0]["path"], "docs/heron.md", "{found}");
+    drop(srv);
+
     // A second index in the same bucket is its own.
     let other = S3Project::new(&server, "other");
     let (code, _, err) = other.run(&[], &["search", "flux"]);

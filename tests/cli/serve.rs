@@ -9,13 +9,13 @@ use serde_json::Value;
 
 use crate::support::{Project, Started};
 
-struct Server {
+pub struct Server {
     child: Started,
-    addr: String,
+    pub addr: String,
 }
 
 /// Starts `rag serve --addr 127.0.0.1:0` (plus `args`) and reads the address it printed.
-fn start(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Server {
+pub fn start(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Server {
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("rag"))
         .current_dir(p.path())
         .env_clear()
@@ -58,14 +58,14 @@ fn send(addr: &str, method: &str, path: &str, body: &str, headers: &[(&str, &str
     s
 }
 
-struct Reply {
+pub struct Reply {
     status: u16,
     head: String,
     body: String,
 }
 
 impl Reply {
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 
@@ -110,7 +110,7 @@ fn read_reply(mut s: impl Read) -> Reply {
     }
 }
 
-fn call(addr: &str, method: &str, path: &str, body: &str) -> Reply {
+pub fn call(addr: &str, method: &str, path: &str, body: &str) -> Reply {
     read_reply(send(addr, method, path, body, &[]))
 }
 
