@@ -265,20 +265,7 @@ pub fn run(
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
     let walked = walk_inputs(settings, &root, inputs, opts, &filter)?;
-    let mut report = Report {
-        files_seen: walked.files.len(),
-        ..Report::default()
-    };
-    let errors = |list: &[(String, String)]| -> Vec<FileError> {
-        list.iter()
-            .map(|(path, error)| FileError {
-                path: path.clone(),
-                error: error.clone(),
-            })
-            .collect()
-    };
-    report.files_skipped = errors(&walked.skipped);
-    report.files_failed = errors(&walked.failed);
+    let mut report = walk_report(&walked);
     let mut failed = failed::Failed::load(&t.records);
     let existing = if !opts.rebuild && rt.block_on(Store::exists(&t.loc))? {
         Some(rt.block_on(Store::open(&t.loc))?)
@@ -298,18 +285,7 @@ pub fn run(
         opts,
         &mut report,
     );
-    report.files_added = plan.added.len();
-    report.files_changed = plan.changed.len();
-    report.files_unchanged = plan.unchanged;
-    report.files_removed = plan.removed.len();
-    tracing::info!(
-        seen = report.files_seen,
-        add = plan.added.len(),
-        change = plan.changed.len(),
-        remove = plan.removed.len(),
-        unchanged = plan.unchanged,
-        "ingest plan"
-    );
+    count_plan(&mut report, &plan);
     if opts.dry_run {
         report.elapsed_ms = started.elapsed().as_millis() as u64;
         report.dry_run = Some(plan);
@@ -323,37 +299,100 @@ pub fn run(
         failed.touch();
     }
 
-    let mut embedder = Embedder::load(&settings.embed)?;
-    let meta = IndexMeta::new(
-        embedder.info.clone(),
-        chunk_meta(&settings.chunk),
-        root.clone(),
-    );
-    let mut store = open_store(existing, &t, meta, settings, rt)?;
-    let reuse = reusable(&todo, &states, &store, rt)?;
-    if !plan.removed.is_empty() {
-        let removed: Vec<&str> = plan.removed.iter().map(String::as_str).collect();
-        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
-    }
-    let mut w = Writer {
-        store: &store,
-        embedder: &mut embedder,
-        failed: &mut failed,
-        report: &mut report,
-        rt,
+    let work = Work {
+        existing,
+        states,
+        todo,
+        removed: plan.removed,
+        root,
     };
-    w.index(todo, reuse, &states, settings, ui)?;
-    failed.save()?;
-
-    if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
-        tidy(&mut store, &settings.index, ui, rt)?;
-    }
-    drop(store);
+    apply(settings, &t, work, &mut failed, &mut report, ui, rt)?;
     if let (true, Location::Local(dir)) = (opts.rebuild, &t.loc) {
         rebuild::finish(dir)?;
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// What a run writes: the index as it was (if kept), its file records, the files to index
+/// and the paths to forget.
+struct Work {
+    existing: Option<Store>,
+    states: HashMap<String, FileState>,
+    todo: Vec<Todo>,
+    removed: Vec<String>,
+    root: PathBuf,
+}
+
+/// Loads the embedder, opens the index and writes `work`: removals, then new and changed
+/// files in bounded commits, then the text and ANN indexes and the cleanup.
+fn apply(
+    settings: &Settings,
+    t: &Target,
+    work: Work,
+    failed: &mut failed::Failed,
+    report: &mut Report,
+    ui: &Ui,
+    rt: &tokio::runtime::Runtime,
+) -> Result<()> {
+    let mut embedder = Embedder::load(&settings.embed)?;
+    let meta = IndexMeta::new(
+        embedder.info.clone(),
+        chunk_meta(&settings.chunk),
+        work.root,
+    );
+    let mut store = open_store(work.existing, t, meta, settings, rt)?;
+    let reuse = reusable(&work.todo, &work.states, &store, rt)?;
+    if !work.removed.is_empty() {
+        let removed: Vec<&str> = work.removed.iter().map(String::as_str).collect();
+        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
+    }
+    let mut w = Writer {
+        store: &store,
+        embedder: &mut embedder,
+        failed,
+        report,
+        rt,
+    };
+    w.index(work.todo, reuse, &work.states, settings, ui)?;
+    failed.save()?;
+    if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
+        tidy(&mut store, &settings.index, ui, rt)?;
+    }
+    Ok(())
+}
+
+/// The report's start: what the walk saw, skipped and could not read.
+fn walk_report(walked: &walk::Walked) -> Report {
+    let errors = |list: &[(String, String)]| -> Vec<FileError> {
+        list.iter()
+            .map(|(path, error)| FileError {
+                path: path.clone(),
+                error: error.clone(),
+            })
+            .collect()
+    };
+    Report {
+        files_seen: walked.files.len(),
+        files_skipped: errors(&walked.skipped),
+        files_failed: errors(&walked.failed),
+        ..Report::default()
+    }
+}
+
+fn count_plan(report: &mut Report, plan: &Plan) {
+    report.files_added = plan.added.len();
+    report.files_changed = plan.changed.len();
+    report.files_unchanged = plan.unchanged;
+    report.files_removed = plan.removed.len();
+    tracing::info!(
+        seen = report.files_seen,
+        add = plan.added.len(),
+        change = plan.changed.len(),
+        remove = plan.removed.len(),
+        unchanged = plan.unchanged,
+        "ingest plan"
+    );
 }
 
 /// The index to write: the existing one (checked against this run's model and settings, and
