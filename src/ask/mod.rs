@@ -145,6 +145,9 @@ pub struct Retriever {
     /// The index as last opened, and its stamp then: [`Retriever::refresh`] swaps in a
     /// newer version while readers finish on the one they hold.
     store: RwLock<(Arc<Store>, Stamp)>,
+    /// Where the index lives: resolved once (a remote one holds its object-store client), not
+    /// on every request's refresh check.
+    loc: Location,
     embedder: Option<Mutex<Embedder>>,
     reranker: Option<Mutex<Reranker>>,
     fusion: Fusion,
@@ -175,6 +178,7 @@ impl Retriever {
         };
         Ok(Retriever {
             store: RwLock::new((Arc::new(store), stamp)),
+            loc,
             embedder,
             reranker: Reranker::load(&settings.rerank, &settings.embed)?.map(Mutex::new),
             fusion: fusion(settings),
@@ -193,13 +197,13 @@ impl Retriever {
     /// did. The new version must have been made with the loaded embedder (else exit 4, and
     /// the old version stays in use).
     pub fn refresh(&self, settings: &Settings, rt: &tokio::runtime::Runtime) -> Result<bool> {
-        let loc = Location::of(&settings.index)?;
-        let stamp = rt.block_on(Store::stamp(&loc));
+        let loc = &self.loc;
+        let stamp = rt.block_on(Store::stamp(loc));
         if self.store.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
             return Ok(false);
         }
         let store = rt
-            .block_on(Store::open(&loc))?
+            .block_on(Store::open(loc))?
             .with_search(vector_search(settings));
         if let Some(e) = &self.embedder {
             store.check_model(&lock(e).info)?;
