@@ -315,6 +315,9 @@ pub struct LlmSettings {
     pub prompt_cache_mb: u64,
     /// The answer may not start with `[` (a bare "[S1]" instead of an answer).
     pub text_first: bool,
+    /// Added to the logits of the tokens the prompt holds (0 = off): the answer copies the
+    /// sources' own words rather than inventing option names.
+    pub copy_bias: f32,
     /// The instructions (system message) every prompt starts with; empty = rag's own,
     /// measured on the dev set (see README: Quality).
     pub system_prompt: String,
@@ -480,6 +483,7 @@ impl Default for LlmSettings {
             add_citations: true,
             prompt_cache_mb: 512,
             text_first: true,
+            copy_bias: 0.0,
             system_prompt: String::new(),
             parallel: 4,
             backend: Backend::Local,
@@ -880,7 +884,7 @@ impl Settings {
     /// The first number outside its valid range, as a message naming key, value and range.
     fn out_of_range(&self) -> Option<String> {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
-        let floats: [(&str, f64, f64, f64); 13] = [
+        let floats: [(&str, f64, f64, f64); 14] = [
             ("embed.timeout_s", self.embed.timeout_s, 0.1, 86_400.0),
             ("llm.timeout_s", l.timeout_s, 0.1, 86_400.0),
             (
@@ -896,6 +900,7 @@ impl Settings {
             ("llm.repeat_penalty", l.repeat_penalty.into(), 0.0, 10.0),
             ("llm.dry_multiplier", l.dry_multiplier.into(), 0.0, 10.0),
             ("llm.dry_base", l.dry_base.into(), 1.0, 10.0),
+            ("llm.copy_bias", l.copy_bias.into(), -10.0, 10.0),
             ("chunk.parse_timeout_s", c.parse_timeout_s, 0.001, 86_400.0),
             ("llm.temperature", l.temperature.into(), 0.0, 2.0),
             ("llm.top_p", l.top_p.into(), 0.0, 1.0),
@@ -981,6 +986,7 @@ impl Settings {
             dry_allowed_length: self.llm.dry_allowed_length,
             ignore_eog: false,
             text_first: self.llm.text_first,
+            copy_bias: self.llm.copy_bias,
         }
     }
 

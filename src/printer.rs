@@ -297,7 +297,9 @@ pub fn hits(query: &str, hits: &[SearchHit], ms: f64, json: bool) -> Output {
         ));
         o.out(&format!("   {}", snippet(h.text, 200)));
     }
-    o.info.push(format!("{} hits in {:.0} ms", hits.len(), ms));
+    let noun = if hits.len() == 1 { "hit" } else { "hits" };
+    o.info
+        .push(format!("{} {noun} in {:.0} ms", hits.len(), ms));
     o
 }
 

@@ -136,7 +136,9 @@ pub fn run(
         .iter()
         .map(|&m| (mode_name(m), summarise_mode(&results, &mode_name(m))))
         .collect();
-    let answers = o.answers.then(|| summarise_answers(&results));
+    let answers = o
+        .answers
+        .then(|| summarise_answers(&results, &mode_name(main)));
     let flat = report::flatten(&modes, answers.as_ref());
     let deltas = baseline.as_ref().map(|b| report::deltas(&flat, b));
     let failures = report::gates(&flat, &floors, baseline.as_ref(), o.max_regression);
@@ -334,8 +336,15 @@ fn summarise_mode(results: &[CaseResult], mode: &str) -> ModeSummary {
     }
 }
 
-fn summarise_answers(results: &[CaseResult]) -> AnswerSummary {
+/// `mode`: the retrieval mode the answers were generated from.
+fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
     let answers: Vec<&CaseAnswer> = results.iter().filter_map(|r| r.answer.as_ref()).collect();
+    // The reader on its own: answers whose packed context held every string.
+    let reader = metrics::mean(results.iter().filter_map(|r| {
+        let had = r.retrieval.get(mode)?.context_has_answer?;
+        let a = r.answer.as_ref()?;
+        had.then(|| a.keywords.map(|b| f64::from(u8::from(b))))
+    }));
     let answered: Vec<&&CaseAnswer> = answers.iter().filter(|a| !a.abstained).collect();
     let flag = |b: bool| Some(f64::from(u8::from(b)));
     let supported: usize = answers.iter().map(|a| a.citations_supported).sum();
@@ -359,6 +368,7 @@ fn summarise_answers(results: &[CaseResult]) -> AnswerSummary {
                 .iter()
                 .map(|a| a.keywords.map(|b| f64::from(u8::from(b)))),
         ),
+        reader,
         citations: (supported > 0).then(|| correct as f64 / supported as f64),
         abstained: metrics::mean(answers.iter().map(|a| flag(a.abstained))).unwrap_or(0.0),
         false_refusals: metrics::mean(answered.iter().map(|a| flag(a.refusal))),

@@ -27,6 +27,10 @@ pub struct AnswerSummary {
     pub model: String,
     /// Share of answers (of cases with answer strings) holding every string.
     pub keywords: Option<f64>,
+    /// Keywords over the cases whose packed context held every string: how often the
+    /// generator turns a context that has the answer into an answer that states it.
+    #[serde(default)]
+    pub reader: Option<f64>,
     /// Share of supported citations that name an expected source.
     pub citations: Option<f64>,
     /// Share of cases where rag's retrieval check abstained.
@@ -80,6 +84,7 @@ pub fn flatten(
     if let Some(a) = answers {
         for (name, v) in [
             ("keywords", a.keywords),
+            ("reader", a.reader),
             ("citations", a.citations),
             ("abstained", Some(a.abstained)),
             ("false_refusals", a.false_refusals),
@@ -113,7 +118,7 @@ pub struct Failure {
 /// Parses `--min hit@5=0.8,keywords=0.4`. A name without a prefix means the main retrieval
 /// mode for retrieval metrics and `answers.` for answer metrics.
 pub fn parse_floors(spec: &str, main_mode: &str) -> Result<Vec<(String, f64)>, String> {
-    let answer_metrics = ["keywords", "citations"];
+    let answer_metrics = ["keywords", "reader", "citations"];
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (name, value) = part.split_once('=').ok_or_else(|| {
@@ -141,6 +146,7 @@ pub fn parse_floors(spec: &str, main_mode: &str) -> Result<Vec<(String, f64)>, S
             "ndcg@10",
             "context_recall",
             "keywords",
+            "reader",
             "citations",
         ];
         if !known.contains(&metric_name(&key)) {
@@ -262,9 +268,10 @@ pub fn table(
         let c = |name: &str, v: Option<f64>| format!("{}{}", cell(v), d(format!("answers.{name}")));
         let _ = writeln!(
             t,
-            "\nanswers ({}): keywords {} · citations {} · abstained {} · false refusals {} · uncited {}/answer",
+            "\nanswers ({}): keywords {} (given the context {}) · citations {} · abstained {} · false refusals {} · uncited {}/answer",
             a.model,
             c("keywords", a.keywords),
+            c("reader", a.reader),
             c("citations", a.citations),
             c("abstained", Some(a.abstained)),
             c("false_refusals", a.false_refusals),

@@ -16,8 +16,8 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
 use super::{
-    argmax, backend, first_text_token, opens_bracket, repeating_tail, sampler, ContextParams,
-    Decode, Llm, Prefill, Sampling, StopReason, Utf8Stream,
+    backend, repeating_tail, sampler, ContextParams, CopyBias, Decode, Llm, Prefill, Sampling,
+    StopReason, Utf8Stream,
 };
 
 /// One prompt to answer, and where its pieces go (`false` stops that answer).
@@ -40,6 +40,7 @@ struct Slot<'a> {
     /// Position of the next token in its sequence.
     pos: usize,
     sampler: LlamaSampler,
+    copy: Option<CopyBias>,
     plain_greedy: bool,
     generated: Vec<LlamaToken>,
     utf8: Utf8Stream,
@@ -162,8 +163,10 @@ impl Llm {
             ctx.decode(batch)
                 .map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
         }
-        let (sampler, plain_greedy) = sampler(s, &self.model);
+        let copy = CopyBias::new(s.copy_bias, prompt, &self.model);
+        let (sampler, plain_greedy) = sampler(s, &self.model, copy.as_ref());
         Ok(Slot {
+            copy,
             job,
             seq,
             pos: prompt.len(),
@@ -186,16 +189,15 @@ impl Llm {
 /// The next token of `slot` from the logits at batch index `i` (as `Session::generate`).
 fn pick(slot: &mut Slot, ctx: &LlamaContext, i: i32, s: &Sampling, llm: &Llm) -> LlamaToken {
     let vocab = llm.model.vocab();
-    let token = if slot.plain_greedy {
-        argmax(ctx.get_logits_ith(i))
-    } else {
-        slot.sampler.sample(ctx, i)
-    };
-    if s.text_first && slot.generated.is_empty() && opens_bracket(&vocab, token) {
-        first_text_token(ctx.get_logits_ith(i), &vocab)
-    } else {
-        token
-    }
+    super::pick(
+        ctx,
+        i,
+        &mut slot.sampler,
+        slot.plain_greedy,
+        slot.copy.as_ref(),
+        s.text_first && slot.generated.is_empty(),
+        &vocab,
+    )
 }
 
 /// Takes `token` into the answer; `Some(reason)` when the answer stops here.

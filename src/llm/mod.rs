@@ -81,6 +81,10 @@ pub struct Sampling {
     /// The answer may not start with `[`: small models asked to cite often answer with a
     /// bare "[S1]" and stop; the best token that starts text is taken instead.
     pub text_first: bool,
+    /// Added to the logit of every token the prompt holds (the sources, the question, the
+    /// end-of-turn token), 0 = off: a small model then copies the manual's own option names
+    /// and values rather than inventing tokens the sources never contain.
+    pub copy_bias: f32,
 }
 
 impl Sampling {
@@ -98,6 +102,7 @@ impl Sampling {
             dry_allowed_length: 2,
             ignore_eog: false,
             text_first: false,
+            copy_bias: 0.0,
         }
     }
 }
@@ -433,7 +438,8 @@ impl Session<'_> {
     ) -> Result<Decode> {
         let start = Instant::now();
         let llm = self.llm;
-        let (mut sampler, plain_greedy) = sampler(s, &llm.model);
+        let copy = CopyBias::new(s.copy_bias, &self.tokens, &llm.model);
+        let (mut sampler, plain_greedy) = sampler(s, &llm.model, copy.as_ref());
         let mut generated: Vec<LlamaToken> = Vec::new();
         let vocab = llm.model.vocab();
         let mut batch = LlamaBatch::new(1, 1);
@@ -442,18 +448,15 @@ impl Session<'_> {
         let mut bytes = Vec::new();
         out.stop = StopReason::MaxTokens;
         for _ in 0..s.max_tokens {
-            let token = if plain_greedy {
-                // Argmax straight over the logits: the sampler chain would first build a
-                // candidate array of the whole vocabulary for every token (~4% of decode).
-                argmax(self.ctx.get_logits_ith(self.last_logits))
-            } else {
-                sampler.sample(&self.ctx, self.last_logits)
-            };
-            let token = if s.text_first && generated.is_empty() && opens_bracket(&vocab, token) {
-                first_text_token(self.ctx.get_logits_ith(self.last_logits), &vocab)
-            } else {
-                token
-            };
+            let token = pick(
+                &self.ctx,
+                self.last_logits,
+                &mut sampler,
+                plain_greedy,
+                copy.as_ref(),
+                s.text_first && generated.is_empty(),
+                &vocab,
+            );
             if vocab.is_eog(token) && !s.ignore_eog {
                 out.stop = StopReason::EndOfText;
                 break;
@@ -494,9 +497,90 @@ impl Session<'_> {
     }
 }
 
-/// The sampler chain for `s`, and whether plain argmax gives the same tokens faster.
-fn sampler(s: &Sampling, model: &LlamaModel) -> (LlamaSampler, bool) {
+/// The next token from the logits at batch index `i`: plain argmax where that gives the
+/// sampler chain's answer faster (the chain first builds a candidate array of the whole
+/// vocabulary for every token, ~4% of decode), the copy bias applied either way, and with
+/// `text_first` the best token that does not open a `[`.
+#[allow(clippy::too_many_arguments)]
+fn pick(
+    ctx: &LlamaContext,
+    i: i32,
+    sampler: &mut LlamaSampler,
+    plain_greedy: bool,
+    copy: Option<&CopyBias>,
+    text_first: bool,
+    vocab: &llama_cpp_2::vocab::LlamaVocab<'_>,
+) -> LlamaToken {
+    let logits = || match copy {
+        Some(c) => std::borrow::Cow::Owned(c.apply(ctx.get_logits_ith(i))),
+        None => std::borrow::Cow::Borrowed(ctx.get_logits_ith(i)),
+    };
+    let token = if plain_greedy {
+        argmax(&logits())
+    } else {
+        sampler.sample(ctx, i)
+    };
+    if text_first && opens_bracket(vocab, token) {
+        first_text_token(&logits(), vocab)
+    } else {
+        token
+    }
+}
+
+/// `llm.copy_bias`: which tokens the prompt holds, and how much their logits gain.
+pub(crate) struct CopyBias {
+    bias: f32,
+    seen: Vec<bool>,
+}
+
+impl CopyBias {
+    /// `None` when the bias is off.
+    pub(crate) fn new(bias: f32, prompt: &[LlamaToken], model: &LlamaModel) -> Option<CopyBias> {
+        if bias == 0.0 {
+            return None;
+        }
+        let n = model.n_vocab().max(0) as usize;
+        let mut seen = vec![false; n];
+        let eog = (0..n as i32).filter(|&t| model.vocab().is_eog(LlamaToken::new(t)));
+        for t in prompt.iter().map(|t| t.0).chain(eog) {
+            if let Some(x) = seen.get_mut(t.max(0) as usize) {
+                *x = true;
+            }
+        }
+        Some(CopyBias { bias, seen })
+    }
+
+    fn apply(&self, logits: &[f32]) -> Vec<f32> {
+        logits
+            .iter()
+            .zip(self.seen.iter().chain(std::iter::repeat(&false)))
+            .map(|(&l, &seen)| if seen { l + self.bias } else { l })
+            .collect()
+    }
+
+    /// The same bias as llama.cpp's logit-bias sampler reads it.
+    fn biases(&self) -> Vec<llama_cpp_2::token::logit_bias::LlamaLogitBias> {
+        self.seen
+            .iter()
+            .enumerate()
+            .filter(|(_, &s)| s)
+            .map(|(t, _)| {
+                llama_cpp_2::token::logit_bias::LlamaLogitBias::new(
+                    LlamaToken::new(t as i32),
+                    self.bias,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The sampler chain for `s`, and whether plain argmax (over the copy-biased logits) gives
+/// the same tokens faster.
+fn sampler(s: &Sampling, model: &LlamaModel, copy: Option<&CopyBias>) -> (LlamaSampler, bool) {
     let mut chain = Vec::new();
+    if let Some(c) = copy {
+        chain.push(LlamaSampler::logit_bias(model.n_vocab(), &c.biases()));
+    }
     if s.repeat_penalty != 1.0 && s.repeat_last_n != 0 {
         chain.push(LlamaSampler::penalties(
             model.n_vocab(),
@@ -630,6 +714,38 @@ mod tests {
         logits[bracket_space.0 as usize] = 8.0;
         logits[word.0 as usize] = 7.0;
         assert_eq!(super::first_text_token(&logits, &vocab), word);
+    }
+
+    #[test]
+    fn the_copy_bias_lifts_the_prompts_tokens_and_end_of_turn_only() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+        );
+        let llm = super::Llm::load(std::path::Path::new(path), true).unwrap();
+        let prompt = llm.tokenize("Run PRAGMA auto_vacuum", false);
+        assert!(super::CopyBias::new(0.0, &prompt, &llm.model).is_none());
+        let c = super::CopyBias::new(1.5, &prompt, &llm.model).unwrap();
+        let n = llm.n_vocab() as usize;
+        let invented = llm.tokenize(" zebra", false)[0];
+        let mut logits = vec![0.0f32; n];
+        logits[invented.0 as usize] = 1.0;
+        let biased = c.apply(&logits);
+        for t in &prompt {
+            assert_eq!(biased[t.0 as usize], 1.5);
+        }
+        assert_eq!(biased[invented.0 as usize], 1.0);
+        let vocab = llm.model.vocab();
+        let eog: Vec<usize> = (0..n)
+            .filter(|&t| vocab.is_eog(llama_cpp_2::token::LlamaToken::new(t as i32)))
+            .collect();
+        assert!(!eog.is_empty());
+        assert!(eog.iter().all(|&t| biased[t] == 1.5));
+        // Everything else keeps its logit, and llama.cpp's sampler gets the same set.
+        let lifted = biased.iter().filter(|&&l| l == 1.5).count();
+        assert_eq!(c.biases().len(), lifted);
+        assert!(lifted < 20, "{lifted} tokens lifted");
+        assert_ne!(super::argmax(&biased), invented);
     }
 
     #[test]
