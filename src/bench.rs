@@ -76,7 +76,7 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
 /// `rag bench-store` (hidden): fills the configured index with `n` synthetic chunks (random
 /// unit vectors, text drawn from a fixed vocabulary) so search latency can be measured at a
 /// scale no test corpus reaches. Writes in commits of 10,000 rows.
-pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+pub fn store(settings: &Settings, n: usize, ui: &Ui) -> Result<Exit> {
     use crate::embed::Embedder;
     use crate::store::{FileState, IndexMeta, Row, Store};
     let embedder = Embedder::load(&settings.embed)?;
@@ -87,7 +87,7 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtim
         settings.root.clone(),
     );
     let loc = crate::store::Location::of(&settings.index)?;
-    let store = rt.block_on(Store::open_or_create(&loc, meta))?;
+    let store = Store::open_or_create(&loc, meta)?;
     const WORDS: &[&str] = &[
         "cache", "token", "prefill", "decode", "vector", "index", "model", "batch", "memory",
         "thread", "quant", "layer", "query", "score", "rank", "chunk", "embed", "prompt", "sample",
@@ -147,10 +147,10 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui, rt: &tokio::runtime::Runtim
             })
             .collect();
         files.dedup_by(|a, b| a.path == b.path);
-        rt.block_on(store.replace_files(&files, &[], &rows))?;
+        store.replace_files(&files, &[], &rows)?;
         ui.info(&format!("{end} / {n} chunks"));
     }
-    rt.block_on(store.refresh_text_index())?;
+    store.refresh_text_index()?;
     ui.json(
         &serde_json::json!({ "chunks": n, "elapsed_ms": started.elapsed().as_millis() as u64 }),
     )?;

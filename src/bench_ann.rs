@@ -88,23 +88,18 @@ fn percentile(v: &[f64], p: f64) -> f64 {
         .unwrap_or(0.0)
 }
 
-pub fn run(
-    settings: &Settings,
-    a: &BenchAnnArgs,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
+pub fn run(settings: &Settings, a: &BenchAnnArgs, ui: &Ui) -> Result<Exit> {
     let loc = Location::of(&settings.index)?;
     let dim = 384;
     let mut corpus = Corpus::new(dim, a.chunks);
-    let mut store = fill(&loc, settings, a.chunks, &mut corpus, ui, rt)?;
+    let mut store = fill(&loc, settings, a.chunks, &mut corpus, ui)?;
     let queries: Vec<Vec<f32>> = (0..a.queries).map(|i| corpus.sample(i * 7 + 3)).collect();
 
     let timed = |store: &Store| -> Result<(Vec<f64>, Vec<Vec<String>>)> {
         let (mut ms, mut ids) = (Vec::new(), Vec::new());
         for q in &queries {
             let t = Instant::now();
-            let hits = rt.block_on(store.vector_search(q, 10, None))?;
+            let hits = store.vector_search(q, 10, None)?;
             ms.push(t.elapsed().as_secs_f64() * 1e3);
             ids.push(hits.into_iter().map(|h| h.id).collect());
         }
@@ -126,7 +121,7 @@ pub fn run(
     let mut builds = Vec::new();
     for &kind in &a.kinds {
         let t = Instant::now();
-        rt.block_on(store.rebuild_ann(kind))?;
+        store.rebuild_ann(kind)?;
         let build_s = t.elapsed().as_secs_f64();
         ui.info(&format!("{kind:?} index built in {build_s:.1} s"));
         builds.push(serde_json::json!({ "kind": format!("{kind:?}"), "build_s": build_s }));
@@ -172,7 +167,6 @@ fn fill(
     chunks: usize,
     corpus: &mut Corpus,
     ui: &Ui,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<Store> {
     let info = crate::embed::ModelInfo::synthetic(384);
     let meta = IndexMeta::new(
@@ -180,8 +174,8 @@ fn fill(
         crate::ingest::chunk_meta(&settings.chunk),
         settings.root.clone(),
     );
-    let store = rt.block_on(Store::open_or_create(loc, meta))?;
-    let have = rt.block_on(store.stats())?.chunks;
+    let store = Store::open_or_create(loc, meta)?;
+    let have = store.stats()?.chunks;
     if have == chunks {
         ui.info(&format!(
             "reusing the {chunks} vectors at {}",
@@ -222,7 +216,7 @@ fn fill(
             mtime_ns: 0,
             chunks: rows.len() as u32,
         };
-        rt.block_on(store.replace_files(&[file], &[], &rows))?;
+        store.replace_files(&[file], &[], &rows)?;
         ui.info(&format!("{end} / {chunks} vectors"));
     }
     ui.info(&format!(

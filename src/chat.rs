@@ -53,14 +53,8 @@ fn next_question(
     }
 }
 
-pub fn run(
-    settings: &Settings,
-    base: &Query,
-    o: &ChatOptions,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
-    let engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false, rt)?;
+pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui) -> Result<Exit> {
+    let engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false)?;
     let mut chat = Chat::open(&engine)?;
     let interactive = std::io::stdin().is_terminal();
     let mut lines = std::io::stdin().lock();

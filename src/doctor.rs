@@ -155,17 +155,12 @@ pub(crate) fn dir_bytes(p: &Path) -> u64 {
         .sum()
 }
 
-fn index(
-    s: &Settings,
-    embedder: Option<&Embedder>,
-    rt: &tokio::runtime::Runtime,
-    out: &mut Vec<Check>,
-) {
+fn index(s: &Settings, embedder: Option<&Embedder>, out: &mut Vec<Check>) {
     let loc = match Location::of(&s.index) {
         Ok(l) => l,
         Err(e) => return out.push(check("index", Status::Fail, format!("{e:#}"))),
     };
-    if !rt.block_on(Store::exists(&loc)).unwrap_or(false) {
+    if !Store::exists(&loc).unwrap_or(false) {
         out.push(check(
             "index",
             Status::Fail,
@@ -173,15 +168,15 @@ fn index(
         ));
         return;
     }
-    let store = match rt.block_on(Store::open(&loc)) {
+    let store = match Store::open(&loc) {
         Ok(st) => st,
         Err(e) => {
             out.push(check("index", Status::Fail, format!("{e:#}")));
             return;
         }
     };
-    let stats = rt.block_on(store.stats()).ok();
-    let versions = rt.block_on(store.version_count()).unwrap_or(0);
+    let stats = store.stats().ok();
+    let versions = store.version_count().unwrap_or(0);
     out.push(check(
         "index",
         Status::Ok,
@@ -281,11 +276,11 @@ fn free_bytes(p: &Path) -> u64 {
 }
 
 /// Runs every check; prints a table (or `--json`); exit 1 when one failed.
-pub fn run(s: &Settings, json: bool, ui: &Ui, rt: &tokio::runtime::Runtime) -> Result<Exit> {
+pub fn run(s: &Settings, json: bool, ui: &Ui) -> Result<Exit> {
     let mut out = Vec::new();
     let memo = s.index.state_dir().join("model-hashes.json");
     let embedder = models(s, &memo, &mut out);
-    index(s, embedder.as_ref(), rt, &mut out);
+    index(s, embedder.as_ref(), &mut out);
     cache_and_disk(s, &mut out);
     let failed = out.iter().any(|c| c.status == Status::Fail);
     if json {

@@ -215,39 +215,33 @@ pub fn run(cli: Cli) -> Result<Exit> {
             libc::umask(0o077);
         }
     }
-    // lancedb is async; everything else here is CPU-bound and runs on this thread.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
     match &cli.command {
-        Command::Ingest(a) => ingest_command(&settings, a, &ui, &rt),
+        Command::Ingest(a) => ingest_command(&settings, a, &ui),
         Command::Search(a) => ask::search(
             &settings,
             &query(&settings, &a.query, &a.retrieval, verbose),
             a.json,
             &ui,
-            &rt,
         ),
-        Command::Ask(a) => ask_command(&settings, a, verbose, &ui, &rt),
-        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a, verbose), &ui, &rt),
-        Command::Doctor(a) => doctor::run(&settings, a.json, &ui, &rt),
+        Command::Ask(a) => ask_command(&settings, a, verbose, &ui),
+        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a, verbose), &ui),
+        Command::Doctor(a) => doctor::run(&settings, a.json, &ui),
         Command::Status(a) => {
-            status::print(&ui, &status::collect(&settings, &rt)?, a.json)?;
+            status::print(&ui, &status::collect(&settings)?, a.json)?;
             Ok(Exit::Success)
         }
         Command::Init(_) | Command::Config(_) | Command::Completions(_) | Command::Man(_) => {
             unreachable!("handled before the settings are resolved")
         }
         Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
-        Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui, &rt),
-        Command::BenchAnn(a) => crate::bench_ann::run(&settings, a, &ui, &rt),
+        Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui),
+        Command::BenchAnn(a) => crate::bench_ann::run(&settings, a, &ui),
         Command::Mcp(a) => {
-            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose, &rt)?;
+            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose)?;
             mcp::serve(&engine, &q, true, &ui)
         }
         Command::Serve(a) => {
-            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose, &rt)?;
+            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose)?;
             serve::run(&engine, &q, a.token.as_deref(), &ui)
         }
         Command::Chat(a) => {
@@ -257,7 +251,6 @@ pub fn run(cli: Cli) -> Result<Exit> {
                 &query(&settings, "", &a.retrieval, verbose),
                 &o,
                 &ui,
-                &rt,
             )
         }
     }
@@ -265,23 +258,17 @@ pub fn run(cli: Cli) -> Result<Exit> {
 
 /// The engine a long-running front end (`mcp`, `serve`) keeps, and the query defaults its
 /// requests start from.
-fn warm_engine<'rt>(
+fn warm_engine(
     settings: &config::Settings,
     r: &cli::RetrievalArgs,
     verbose: bool,
-    rt: &'rt tokio::runtime::Runtime,
-) -> Result<(engine::Answerer<'rt>, ask::Query)> {
+) -> Result<(engine::Answerer, ask::Query)> {
     let q = query(settings, "", r, verbose);
     let mode = q.mode.unwrap_or(settings.retrieval.mode);
-    Ok((engine::Answerer::open(settings, mode, false, rt)?, q))
+    Ok((engine::Answerer::open(settings, mode, false)?, q))
 }
 
-fn ingest_command(
-    settings: &config::Settings,
-    a: &cli::IngestArgs,
-    ui: &ui::Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
+fn ingest_command(settings: &config::Settings, a: &cli::IngestArgs, ui: &ui::Ui) -> Result<Exit> {
     let (paths, gone) = match &a.files_from {
         Some(list) => ingest::files_from(list, &a.paths)?,
         None => (a.paths.clone(), vec![]),
@@ -297,10 +284,10 @@ fn ingest_command(
     };
     if a.watch {
         let mut print = |r: &ingest::Report| printer::ingest(r, a.json).emit(ui);
-        ingest::watch::run(settings, &paths, &opts, ui, rt, &mut print)?;
+        ingest::watch::run(settings, &paths, &opts, ui, &mut print)?;
         return Ok(Exit::Success);
     }
-    let report = ingest::run(settings, &paths, &opts, ui, rt)?;
+    let report = ingest::run(settings, &paths, &opts, ui)?;
     printer::ingest(&report, a.json).emit(ui)?;
     let stale = report
         .dry_run
@@ -320,11 +307,10 @@ fn ask_command(
     a: &cli::AskArgs,
     verbose: bool,
     ui: &ui::Ui,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<Exit> {
     if let Some(file) = &a.batch {
         let q = query(settings, "", &a.retrieval, verbose);
-        return ask::ask_batch(settings, file, &q, ui, rt);
+        return ask::ask_batch(settings, file, &q, ui);
     }
     let o = ask::AskOptions {
         stream: !a.no_stream,
@@ -340,7 +326,7 @@ fn ask_command(
         &a.retrieval,
         verbose,
     );
-    ask::ask(settings, &q, &o, ui, rt)
+    ask::ask(settings, &q, &o, ui)
 }
 
 fn eval_options(

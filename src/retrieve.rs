@@ -254,7 +254,7 @@ pub fn filter(path_glob: Option<&str>, where_sql: Option<&str>) -> Option<String
 
 /// Retrieves up to `k` spans for `query`. Each retriever is asked for more than `k`, since
 /// fusion and merging need candidates from both lists.
-pub async fn retrieve(
+pub fn retrieve(
     store: &Store,
     query: &str,
     vector: Option<&[f32]>,
@@ -265,11 +265,11 @@ pub async fn retrieve(
 ) -> Result<Vec<Ranked>> {
     let depth = fusion.candidates.max(k * 2);
     let vec_hits = match (mode, vector) {
-        (Mode::Hybrid | Mode::Vector, Some(v)) => store.vector_search(v, depth, filter).await?,
+        (Mode::Hybrid | Mode::Vector, Some(v)) => store.vector_search(v, depth, filter)?,
         _ => Vec::new(),
     };
     let text_hits = match mode {
-        Mode::Hybrid | Mode::Text => store.text_search(query, depth, filter).await?,
+        Mode::Hybrid | Mode::Text => store.text_search(query, depth, filter)?,
         Mode::Vector => Vec::new(),
     };
     let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
@@ -279,12 +279,11 @@ pub async fn retrieve(
 
 /// The best `n` spans widened with the chunks before and after them in their files, merged
 /// where they now overlap: what the prompt gets (search results and their ranks do not).
-pub async fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Ranked>> {
+pub fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Ranked>> {
     let mut out = ranked.to_vec();
     for r in out.iter_mut().take(n) {
         let chunks: Vec<Hit> = store
-            .chunks_of(&r.hit.path)
-            .await?
+            .chunks_of(&r.hit.path)?
             .into_iter()
             .map(|c| Hit {
                 id: String::new(),

@@ -58,19 +58,19 @@ fn last_commit(dir: &Path) -> Option<u64> {
         .map(|d| d.as_secs())
 }
 
-pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
+pub fn collect(s: &Settings) -> Result<Status> {
     let loc = Location::of(&s.index)?;
-    if !rt.block_on(Store::exists(&loc))? {
+    if !Store::exists(&loc)? {
         return Err(ExitError::no_index(format!(
             "no index at {}; run `rag ingest DIR` first",
             loc.display()
         )));
     }
-    let store = rt.block_on(Store::open(&loc))?;
+    let store = Store::open(&loc)?;
     // What stays on this machine: the index folder itself, or a remote index's local state.
     let dir = &s.index.state_dir();
-    let stats = rt.block_on(store.stats())?;
-    let states = rt.block_on(store.file_states())?;
+    let stats = store.stats()?;
+    let states = store.file_states()?;
     // Paths are relative to the project root: the one the index records, or for an index on
     // object storage (shared by machines) this checkout's.
     let here = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
@@ -122,7 +122,7 @@ pub fn collect(s: &Settings, rt: &tokio::runtime::Runtime) -> Result<Status> {
         generators,
         last_ingest_unix: last_commit(dir),
         disk_bytes: crate::doctor::dir_bytes(dir),
-        table_versions: rt.block_on(store.version_count())?,
+        table_versions: store.version_count()?,
         prompt_cache_entries: entries,
         prompt_cache_bytes: cache_bytes,
         files_changed: changed,

@@ -159,16 +159,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Retriever {
-    pub fn open(
-        settings: &Settings,
-        mode: Mode,
-        rt: &tokio::runtime::Runtime,
-    ) -> Result<Retriever> {
+    pub fn open(settings: &Settings, mode: Mode) -> Result<Retriever> {
         let loc = Location::of(&settings.index)?;
-        let stamp = rt.block_on(Store::stamp(&loc));
-        let store = rt
-            .block_on(Store::open(&loc))?
-            .with_search(vector_search(settings));
+        let stamp = Store::stamp(&loc);
+        let store = Store::open(&loc)?.with_search(vector_search(settings));
         let embedder = if mode == Mode::Text {
             None
         } else {
@@ -196,15 +190,13 @@ impl Retriever {
     /// Re-opens the index when its stamp changed (an ingest committed since); whether it
     /// did. The new version must have been made with the loaded embedder (else exit 4, and
     /// the old version stays in use).
-    pub fn refresh(&self, settings: &Settings, rt: &tokio::runtime::Runtime) -> Result<bool> {
+    pub fn refresh(&self, settings: &Settings) -> Result<bool> {
         let loc = &self.loc;
-        let stamp = rt.block_on(Store::stamp(loc));
+        let stamp = Store::stamp(loc);
         if self.store.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
             return Ok(false);
         }
-        let store = rt
-            .block_on(Store::open(loc))?
-            .with_search(vector_search(settings));
+        let store = Store::open(loc)?.with_search(vector_search(settings));
         if let Some(e) = &self.embedder {
             store.check_model(&lock(e).info)?;
         }
@@ -214,9 +206,10 @@ impl Retriever {
     }
 
     /// The indexed files (paths relative to the project root), sorted.
-    pub fn files(&self, rt: &tokio::runtime::Runtime) -> Result<Vec<String>> {
-        let mut files: Vec<String> = rt
-            .block_on(self.store().file_states())?
+    pub fn files(&self) -> Result<Vec<String>> {
+        let mut files: Vec<String> = self
+            .store()
+            .file_states()?
             .into_values()
             .filter(|f| f.chunks > 0)
             .map(|f| f.path)
@@ -226,8 +219,8 @@ impl Retriever {
     }
 
     /// The text the index holds for `path` (its chunks in line order), if it is indexed.
-    pub fn file_text(&self, path: &str, rt: &tokio::runtime::Runtime) -> Result<Option<String>> {
-        let chunks = rt.block_on(self.store().chunks_of(path))?;
+    pub fn file_text(&self, path: &str) -> Result<Option<String>> {
+        let chunks = self.store().chunks_of(path)?;
         Ok((!chunks.is_empty()).then(|| {
             chunks
                 .iter()
@@ -238,12 +231,8 @@ impl Retriever {
     }
 
     /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
-    pub fn widen(&self, ranked: &[Ranked], rt: &tokio::runtime::Runtime) -> Result<Vec<Ranked>> {
-        rt.block_on(retrieve::widen_best(
-            &self.store(),
-            ranked,
-            self.fusion.neighbors,
-        ))
+    pub fn widen(&self, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
+        retrieve::widen_best(&self.store(), ranked, self.fusion.neighbors)
     }
 
     /// The question's vector and those of the passages `texts`, or `None` when no embedder
@@ -263,13 +252,7 @@ impl Retriever {
     }
 
     /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
-    pub fn run(
-        &self,
-        q: &Query,
-        mode: Mode,
-        ui: &Ui,
-        rt: &tokio::runtime::Runtime,
-    ) -> Result<(Vec<Ranked>, f64)> {
+    pub fn run(&self, q: &Query, mode: Mode, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
         let started = Instant::now();
         let vector = match (&self.embedder, mode) {
             (Some(e), Mode::Hybrid | Mode::Vector) => Some(lock(e).embed_query(&q.text)?),
@@ -280,7 +263,7 @@ impl Retriever {
             Some(r) => lock(r).candidates.max(q.top_k),
             None => q.top_k,
         };
-        let mut ranked = rt.block_on(retrieve::retrieve(
+        let mut ranked = retrieve::retrieve(
             &self.store(),
             &q.text,
             vector.as_deref(),
@@ -288,7 +271,7 @@ impl Retriever {
             depth,
             self.fusion,
             q.filter.as_deref(),
-        ))?;
+        )?;
         if let Some(r) = &self.reranker {
             let passages: Vec<String> = ranked
                 .iter()
@@ -307,14 +290,8 @@ impl Retriever {
     }
 }
 
-fn retrieve(
-    settings: &Settings,
-    q: &Query,
-    mode: Mode,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<(Vec<Ranked>, f64)> {
-    Retriever::open(settings, mode, rt)?.run(q, mode, ui, rt)
+fn retrieve(settings: &Settings, q: &Query, mode: Mode, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
+    Retriever::open(settings, mode)?.run(q, mode, ui)
 }
 
 fn explain(ui: &Ui, ranked: &[Ranked], mode: Mode, filter: Option<&str>) {
@@ -342,15 +319,9 @@ fn explain(ui: &Ui, ranked: &[Ranked], mode: Mode, filter: Option<&str>) {
     }
 }
 
-pub fn search(
-    settings: &Settings,
-    q: &Query,
-    json: bool,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
+pub fn search(settings: &Settings, q: &Query, json: bool, ui: &Ui) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let (ranked, ms) = retrieve(settings, q, mode, ui, rt)?;
+    let (ranked, ms) = retrieve(settings, q, mode, ui)?;
     let hits = crate::printer::SearchHit::all(&ranked);
     crate::printer::hits(&q.text, &hits, ms, json).emit(ui)?;
     Ok(Exit::Success)
@@ -400,15 +371,9 @@ pub fn should_abstain(ranked: &[Ranked], mode: Mode, min_similarity: f32) -> boo
     best < min_similarity
 }
 
-pub fn ask(
-    settings: &Settings,
-    q: &Query,
-    o: &AskOptions,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
+pub fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui) -> Result<Exit> {
     let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let engine = Answerer::open(settings, mode, o.dry_run, rt)?;
+    let engine = Answerer::open(settings, mode, o.dry_run)?;
     if o.dry_run {
         return dry_run(&engine, q, ui);
     }
@@ -440,14 +405,8 @@ pub fn ask(
 /// `rag ask --batch FILE`: one engine for every question of the file, generated together
 /// (continuous batching, which starts every sequence from an empty context: the prompt
 /// cache is not used).
-pub fn ask_batch(
-    settings: &Settings,
-    file: &std::path::Path,
-    q: &Query,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
-    let engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false, rt)?;
+pub fn ask_batch(settings: &Settings, file: &std::path::Path, q: &Query, ui: &Ui) -> Result<Exit> {
+    let engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false)?;
     batch::run(&engine, file, q, ui)
 }
 

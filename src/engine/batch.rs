@@ -24,7 +24,7 @@ struct Ready {
     started: Instant,
 }
 
-impl Answerer<'_> {
+impl Answerer {
     /// Answers every query (in their order); a question that fails does not stop the rest.
     pub fn answer_many(&self, qs: &[Query], ui: &Ui) -> Vec<Result<Answer>> {
         let mut out: Vec<Option<Result<Answer>>> = qs.iter().map(|_| None).collect();

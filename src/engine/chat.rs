@@ -14,8 +14,8 @@ use crate::ask::{followup_query, route, should_abstain, Answer, Query, Timings};
 use crate::llm::Session;
 use crate::ui::Ui;
 
-pub struct Chat<'e, 'rt> {
-    engine: &'e Answerer<'rt>,
+pub struct Chat<'e> {
+    engine: &'e Answerer,
     model: usize,
     /// The local generator's context (none for a remote one).
     session: Option<Session<'e>>,
@@ -26,10 +26,10 @@ pub struct Chat<'e, 'rt> {
     asked: Vec<String>,
 }
 
-impl<'e, 'rt> Chat<'e, 'rt> {
+impl<'e> Chat<'e> {
     /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
     /// question, so chat uses the small model unless the large one is asked for.
-    pub fn open(engine: &'e Answerer<'rt>) -> Result<Chat<'e, 'rt>> {
+    pub fn open(engine: &'e Answerer) -> Result<Chat<'e>> {
         let large = engine.settings.llm.route == crate::config::Route::Large;
         let model = engine.model(large)?;
         let loaded = engine.loaded(model);

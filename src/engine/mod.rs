@@ -99,7 +99,7 @@ struct Slot {
 
 /// Answers take `&self`, so front ends that serve many clients (`rag serve`) share one
 /// engine across threads: each generator loads once into its slot on first use.
-pub struct Answerer<'rt> {
+pub struct Answerer {
     settings: Settings,
     mode: Mode,
     retriever: Retriever,
@@ -111,7 +111,6 @@ pub struct Answerer<'rt> {
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
-    rt: &'rt tokio::runtime::Runtime,
 }
 
 /// Retrieval that did not abstain, and when the answer started.
@@ -130,24 +129,18 @@ pub struct Prepared {
     pub best_similarity: Option<f32>,
 }
 
-impl<'rt> Answerer<'rt> {
-    pub fn open(
-        settings: &Settings,
-        mode: Mode,
-        vocab_only: bool,
-        rt: &'rt tokio::runtime::Runtime,
-    ) -> Result<Answerer<'rt>> {
+impl Answerer {
+    pub fn open(settings: &Settings, mode: Mode, vocab_only: bool) -> Result<Answerer> {
         Ok(Answerer {
             settings: settings.clone(),
             mode,
-            retriever: Retriever::open(settings, mode, rt)?,
+            retriever: Retriever::open(settings, mode)?,
             models: [
                 (slot(settings, false), OnceLock::new()),
                 (slot(settings, true), OnceLock::new()),
             ],
             loading: Mutex::new(()),
             vocab_only,
-            rt,
         })
     }
 
@@ -158,7 +151,7 @@ impl<'rt> Answerer<'rt> {
     /// Retrieval only: ranked spans and milliseconds.
     pub fn retrieve(&self, q: &Query, ui: &Ui) -> Result<(Vec<Ranked>, f64)> {
         let mode = q.mode.unwrap_or(self.mode);
-        self.retriever.run(q, mode, ui, self.rt)
+        self.retriever.run(q, mode, ui)
     }
 
     /// The slot of the small or the large generator (the small one's when both are the
@@ -204,17 +197,17 @@ impl<'rt> Answerer<'rt> {
     /// Re-opens the index when an ingest has committed a new version since it was opened;
     /// whether it did. A long-running front end calls it before each request.
     pub fn refresh(&self) -> Result<bool> {
-        self.retriever.refresh(&self.settings, self.rt)
+        self.retriever.refresh(&self.settings)
     }
 
     /// The indexed files, relative to the project root (what `rag mcp` lists as resources).
     pub fn indexed_files(&self) -> Result<Vec<String>> {
-        self.retriever.files(self.rt)
+        self.retriever.files()
     }
 
     /// The text the index holds for one indexed file.
     pub fn indexed_text(&self, path: &str) -> Result<Option<String>> {
-        self.retriever.file_text(path, self.rt)
+        self.retriever.file_text(path)
     }
 
     /// Routes and packs the prompt for `ranked`, loading the chosen generator.
@@ -258,7 +251,7 @@ impl<'rt> Answerer<'rt> {
     /// What the prompt gets of the ranked spans: the best widened with its neighbours
     /// (`retrieval.neighbors`), then each cut to its closest sentences (`retrieval.compress`).
     fn shape(&self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
-        let ranked = self.retriever.widen(ranked, self.rt)?;
+        let ranked = self.retriever.widen(ranked)?;
         self.compress(question, &ranked)
     }
 

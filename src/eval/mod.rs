@@ -100,12 +100,7 @@ fn query_text(c: &Compiled) -> String {
     crate::ask::followup_query(&c.case.history, &c.case.question)
 }
 
-pub fn run(
-    settings: &Settings,
-    o: &EvalOptions,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Exit> {
+pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
     let started = Instant::now();
     let cases = cases::load(&o.file)?;
     let main = o.modes.first().copied().unwrap_or(Mode::Hybrid);
@@ -127,7 +122,7 @@ pub fn run(
     } else {
         Mode::Text
     };
-    let engine = Answerer::open(settings, engine_mode, !o.answers, rt)?;
+    let engine = Answerer::open(settings, engine_mode, !o.answers)?;
 
     let results = run_cases(&engine, &cases, main, o, ui)?;
 

@@ -208,11 +208,7 @@ struct Target {
     _lease: Option<Lease>,
 }
 
-fn target(
-    settings: &Settings,
-    opts: &IngestOptions,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Target> {
+fn target(settings: &Settings, opts: &IngestOptions) -> Result<Target> {
     let loc = Location::of(&settings.index)?;
     let state = settings.index.state_dir();
     let lock = if opts.dry_run {
@@ -222,7 +218,7 @@ fn target(
     };
     // A remote index is shared by machines: its lock is an object beside the tables.
     let lease = match (&loc, opts.dry_run) {
-        (Location::Remote(r), false) => Some(Lease::acquire(r, rt)?),
+        (Location::Remote(r), false) => Some(Lease::acquire(r)?),
         _ => None,
     };
     let (target, records) = match (&loc, opts.rebuild) {
@@ -253,27 +249,26 @@ pub fn run(
     inputs: &[PathBuf],
     opts: &IngestOptions,
     ui: &Ui,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<Report> {
     let started = Instant::now();
-    let t = target(settings, opts, rt)?;
+    let t = target(settings, opts)?;
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
     // An index in a bucket is shared by design: each machine's checkout is its root.
     if !t.loc.is_remote() {
-        check_root(&t.loc, &root, opts.change_root, rt)?;
+        check_root(&t.loc, &root, opts.change_root)?;
     }
 
     let filter = walk::Filter::new(&settings.chunk.include, &settings.chunk.exclude)?;
     let walked = walk_inputs(settings, &root, inputs, opts, &filter)?;
     let mut report = walk_report(&walked);
     let mut failed = failed::Failed::load(&t.records);
-    let existing = if !opts.rebuild && rt.block_on(Store::exists(&t.loc))? {
-        Some(rt.block_on(Store::open(&t.loc))?)
+    let existing = if !opts.rebuild && Store::exists(&t.loc)? {
+        Some(Store::open(&t.loc)?)
     } else {
         None
     };
     let states = match &existing {
-        Some(s) => rt.block_on(s.file_states())?,
+        Some(s) => s.file_states()?,
         None => HashMap::new(),
     };
 
@@ -306,7 +301,7 @@ pub fn run(
         removed: plan.removed,
         root,
     };
-    apply(settings, &t, work, &mut failed, &mut report, ui, rt)?;
+    apply(settings, &t, work, &mut failed, &mut report, ui)?;
     if let (true, Location::Local(dir)) = (opts.rebuild, &t.loc) {
         rebuild::finish(dir)?;
     }
@@ -333,7 +328,6 @@ fn apply(
     failed: &mut failed::Failed,
     report: &mut Report,
     ui: &Ui,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<()> {
     let mut embedder = Embedder::load(&settings.embed)?;
     let meta = IndexMeta::new(
@@ -341,23 +335,22 @@ fn apply(
         chunk_meta(&settings.chunk),
         work.root,
     );
-    let mut store = open_store(work.existing, t, meta, settings, rt)?;
-    let reuse = reusable(&work.todo, &work.states, &store, rt)?;
+    let mut store = open_store(work.existing, t, meta, settings)?;
+    let reuse = reusable(&work.todo, &work.states, &store)?;
     if !work.removed.is_empty() {
         let removed: Vec<&str> = work.removed.iter().map(String::as_str).collect();
-        report.chunks_deleted += rt.block_on(store.remove_files(&removed))?;
+        report.chunks_deleted += store.remove_files(&removed)?;
     }
     let mut w = Writer {
         store: &store,
         embedder: &mut embedder,
         failed,
         report,
-        rt,
     };
     w.index(work.todo, reuse, &work.states, settings, ui)?;
     failed.save()?;
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
-        tidy(&mut store, &settings.index, ui, rt)?;
+        tidy(&mut store, &settings.index, ui)?;
     }
     Ok(())
 }
@@ -403,37 +396,31 @@ fn open_store(
     t: &Target,
     meta: IndexMeta,
     settings: &Settings,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<Store> {
     if let Some(mut s) = existing {
         s.check(&meta)?;
         if s.meta.root != meta.root && !t.loc.is_remote() {
             // A moved project, or --change-root: the index now belongs here.
-            rt.block_on(s.set_root(&meta.root))?;
+            s.set_root(&meta.root)?;
         }
         return Ok(s);
     }
-    if t.target.is_remote() && rt.block_on(Store::exists(&t.target))? {
-        rt.block_on(t.target.clear_remote())?;
+    if t.target.is_remote() && Store::exists(&t.target)? {
+        t.target.clear_remote()?;
         let cache = settings.index.state_dir().join("prompt-cache");
         if cache.exists() {
             std::fs::remove_dir_all(&cache)
                 .with_context(|| format!("removing {}", cache.display()))?;
         }
     }
-    rt.block_on(Store::open_or_create(&t.target, meta))
+    Store::open_or_create(&t.target, meta)
 }
 
 /// After a run that wrote: the full-text index catches up, then old versions are cleaned
 /// up (`index.cleanup`); compaction rewrites rows, so the text index catches up again.
-fn tidy(
-    store: &mut Store,
-    s: &crate::config::IndexSettings,
-    ui: &Ui,
-    rt: &tokio::runtime::Runtime,
-) -> Result<()> {
+fn tidy(store: &mut Store, s: &crate::config::IndexSettings, ui: &Ui) -> Result<()> {
     let spin = ui.spinner("updating the full-text index");
-    rt.block_on(store.refresh_text_index())?;
+    store.refresh_text_index()?;
     spin.finish_and_clear();
     let policy = AnnPolicy {
         min_rows: s.ann_min_rows,
@@ -442,7 +429,7 @@ fn tidy(
     let spin = ui.spinner("updating the ANN vector index");
     let started = Instant::now();
     // The rows are committed either way: a failed build costs search speed, not data.
-    match rt.block_on(store.update_ann(policy)) {
+    match store.update_ann(policy) {
         Ok(true) => {
             tracing::info!(kind = ?s.ann_type, ms = started.elapsed().as_millis() as u64, "ANN index built")
         }
@@ -455,8 +442,8 @@ fn tidy(
     if s.cleanup {
         let keep = std::time::Duration::from_secs(s.keep_versions_s);
         let spin = ui.spinner("cleaning up old versions");
-        if rt.block_on(store.cleanup(keep))? {
-            rt.block_on(store.refresh_text_index())?;
+        if store.cleanup(keep)? {
+            store.refresh_text_index()?;
         }
         spin.finish_and_clear();
     }
@@ -467,13 +454,8 @@ fn tidy(
 /// still exists: its paths would mix with this project's, and pruning would remove the
 /// other project's files. A root that is gone is a moved project (paths are relative, so
 /// the index still fits); `--change-root` says the new root is meant.
-fn check_root(
-    loc: &Location,
-    root: &Path,
-    change_root: bool,
-    rt: &tokio::runtime::Runtime,
-) -> Result<()> {
-    let Some(recorded) = rt.block_on(crate::store::recorded_root(loc)) else {
+fn check_root(loc: &Location, root: &Path, change_root: bool) -> Result<()> {
+    let Some(recorded) = crate::store::recorded_root(loc) else {
         return Ok(());
     };
     let same = std::fs::canonicalize(&recorded).is_ok_and(|r| r == root) || recorded == root;
@@ -595,7 +577,6 @@ fn reusable(
     todo: &[Todo],
     states: &HashMap<String, FileState>,
     store: &Store,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<HashMap<String, Vec<crate::store::StoredChunk>>> {
     let by_hash: HashMap<&str, &str> = states
         .values()
@@ -607,7 +588,7 @@ fn reusable(
             .get(t.hash.as_str())
             .filter(|src| **src != t.file.rel)
         {
-            let rows = rt.block_on(store.chunks_of(src))?;
+            let rows = store.chunks_of(src)?;
             if !rows.is_empty() {
                 reuse.insert(t.file.rel.clone(), rows);
             }
@@ -622,7 +603,6 @@ struct Writer<'a> {
     embedder: &'a mut Embedder,
     failed: &'a mut failed::Failed,
     report: &'a mut Report,
-    rt: &'a tokio::runtime::Runtime,
 }
 
 impl Writer<'_> {
@@ -697,7 +677,7 @@ impl Writer<'_> {
     /// Commits the pending files and adds what it did to the report.
     fn flush(&mut self, pending: &mut Vec<Pending>, old_chunks: &HashMap<&str, u32>) -> Result<()> {
         let (written, deleted, tokens, ms, (pad_sorted, pad_unsorted)) =
-            commit(self.store, self.embedder, pending, old_chunks, self.rt)?;
+            commit(self.store, self.embedder, pending, old_chunks)?;
         let r = &mut *self.report;
         r.embed_tokens += tokens;
         r.embed_padding_tokens += pad_sorted;
@@ -781,7 +761,6 @@ fn commit(
     embedder: &mut Embedder,
     pending: &mut Vec<Pending>,
     old_chunks: &HashMap<&str, u32>,
-    rt: &tokio::runtime::Runtime,
 ) -> Result<(usize, u64, usize, u64, (usize, usize))> {
     let texts: Vec<String> = pending
         .iter()
@@ -824,7 +803,7 @@ fn commit(
         .map(|f| f.path.as_str())
         .filter(|p| old_chunks.contains_key(p))
         .collect();
-    rt.block_on(store.replace_files(&files, &recorded, &rows))?;
+    store.replace_files(&files, &recorded, &rows)?;
     let replaced = files
         .iter()
         .map(|f| u64::from(old_chunks.get(f.path.as_str()).copied().unwrap_or(0)))

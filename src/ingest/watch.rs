@@ -96,7 +96,6 @@ pub fn run(
     inputs: &[PathBuf],
     opts: &IngestOptions,
     ui: &Ui,
-    rt: &tokio::runtime::Runtime,
     on_batch: &mut dyn FnMut(&Report) -> Result<()>,
 ) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -109,7 +108,7 @@ pub fn run(
     }
     let mut inotify = Inotify::init().context("starting inotify")?;
     watch_all(&mut inotify, &folders(inputs, &settings.index.dir))?;
-    on_batch(&super::run(settings, inputs, opts, ui, rt)?)?;
+    on_batch(&super::run(settings, inputs, opts, ui)?)?;
     ui.info("watching for changes; Ctrl-C stops");
     let mut buffer = vec![0u8; 64 * 1024];
     let mut pending: Option<Instant> = None;
@@ -127,7 +126,7 @@ pub fn run(
         match pending {
             Some(last) if last.elapsed() >= DEBOUNCE => {
                 pending = None;
-                match super::run(settings, inputs, opts, ui, rt) {
+                match super::run(settings, inputs, opts, ui) {
                     Ok(report) if changed(&report) => on_batch(&report)?,
                     Ok(_) => {}
                     Err(e) => ui.warn(&format!("this batch failed ({e:#}); still watching")),

@@ -31,8 +31,8 @@ use crate::ui::Ui;
 pub use gate::Busy;
 
 /// Everything the worker threads share.
-struct State<'a, 'rt> {
-    engine: &'a Answerer<'rt>,
+struct State<'a> {
+    engine: &'a Answerer,
     base: &'a Query,
     token: Option<&'a str>,
     gate: gate::Gate,

@@ -21,6 +21,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 use serde::{Deserialize, Serialize};
 
 use super::location::Remote;
+use super::runtime::{block_on, runtime};
 use crate::exit::ExitError;
 
 /// A lock not refreshed for this long belongs to an ingest that died (90 s; the object-store
@@ -45,7 +46,6 @@ pub struct Lease {
     version: Arc<Mutex<UpdateVersion>>,
     stop: Arc<AtomicBool>,
     beat: Option<tokio::task::JoinHandle<()>>,
-    rt: tokio::runtime::Handle,
 }
 
 fn now() -> u64 {
@@ -74,7 +74,7 @@ fn version(r: &object_store::PutResult) -> UpdateVersion {
 
 impl Lease {
     /// Takes the lock of the index at `remote`, or refuses (exit 2) naming its holder.
-    pub fn acquire(remote: &Remote, rt: &tokio::runtime::Runtime) -> Result<Lease> {
+    pub fn acquire(remote: &Remote) -> Result<Lease> {
         let path = remote.prefix.clone().join("ingest.lock");
         let started = now();
         let me = Holder {
@@ -84,12 +84,13 @@ impl Lease {
             beat: started,
         };
         let store = remote.store.clone();
-        let created = rt.block_on(store.put_opts(&path, payload(&me), PutMode::Create.into()));
+        let create = store.put_opts(&path, payload(&me), PutMode::Create.into());
+        let created = block_on(async { Ok(create.await) })?;
         let put = match created {
             Ok(put) => put,
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => {
-                rt.block_on(take_over_stale(remote, &path, &me))?
+                block_on(take_over_stale(remote, &path, &me))?
             }
             Err(e) => {
                 let lock = format!("{}/ingest.lock", remote.uri);
@@ -106,9 +107,9 @@ impl Lease {
             version: Arc::new(Mutex::new(version(&put))),
             stop: Arc::new(AtomicBool::new(false)),
             beat: None,
-            rt: rt.handle().clone(),
         };
-        lease.beat = Some(rt.spawn(heartbeat(
+        // The heartbeat runs on the runtime: it awaits object_store itself, never block_on.
+        lease.beat = Some(runtime()?.spawn(heartbeat(
             remote.clone(),
             lease.path.clone(),
             me,
@@ -221,9 +222,7 @@ impl Drop for Lease {
         let released = if tokio::runtime::Handle::try_current().is_ok() {
             Err(anyhow::anyhow!("inside the runtime"))
         } else {
-            self.rt
-                .block_on(store.delete(&path))
-                .map_err(anyhow::Error::from)
+            block_on(async { Ok(store.delete(&path).await?) })
         };
         if let Err(e) = released {
             tracing::warn!(index = %self.remote.uri, "releasing the ingest lock: {e}; it expires by itself in {} s", stale().as_secs());

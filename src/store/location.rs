@@ -16,6 +16,7 @@ use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
+use super::runtime::block_on;
 use crate::exit::ExitError;
 
 /// What to check after a failed request to the object store at `uri`: the error says what
@@ -172,22 +173,24 @@ impl Location {
 
     /// Deletes every object of a remote index but the ingest lock (for `--rebuild`, which
     /// holds it); a folder is left alone.
-    pub async fn clear_remote(&self) -> Result<()> {
+    pub fn clear_remote(&self) -> Result<()> {
         let Location::Remote(r) = self else {
             return Ok(());
         };
-        let paths: Vec<ObjectPath> = r
-            .store
-            .list(Some(&r.prefix))
-            .map_ok(|m| m.location)
-            .try_filter(|p| futures::future::ready(p.filename() != Some("ingest.lock")))
-            .try_collect()
-            .await
-            .map_err(|e| storage_error(e, &r.uri, "listing"))?;
-        for p in paths {
-            r.store.delete(&p).await?;
-        }
-        Ok(())
+        block_on(async {
+            let paths: Vec<ObjectPath> = r
+                .store
+                .list(Some(&r.prefix))
+                .map_ok(|m| m.location)
+                .try_filter(|p| futures::future::ready(p.filename() != Some("ingest.lock")))
+                .try_collect()
+                .await
+                .map_err(|e| storage_error(e, &r.uri, "listing"))?;
+            for p in paths {
+                r.store.delete(&p).await?;
+            }
+            Ok(())
+        })
     }
 
     /// For a remote index: the names and sizes under each table's `_versions/` and the

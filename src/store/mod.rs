@@ -6,10 +6,14 @@
 //! - `files.lance`: one row per indexed file (path, content hash, size, mtime, chunk count),
 //!   written only after that file's chunks, so an interrupted ingest redoes the file;
 //! - `index.json`: the embedding model and chunk settings the vectors were made with.
+//!
+//! Every public function is synchronous: the async LanceDB and object_store calls run on the
+//! store's own runtime (`runtime.rs`), so no caller deals with tokio.
 
 mod durable;
 mod lease;
 mod location;
+mod runtime;
 
 pub use lease::Lease;
 pub use location::{storage_error, Location, Remote};
@@ -36,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::embed::ModelInfo;
 use crate::exit::ExitError;
+use runtime::block_on;
 
 const CHUNKS: &str = "chunks";
 const FILES: &str = "files";
@@ -207,6 +212,34 @@ fn file_schema() -> SchemaRef {
     ]))
 }
 
+/// The records of `files`, as written to the files table.
+fn file_batch(files: &[FileState]) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        file_schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                files.iter().map(|f| f.path.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                files.iter().map(|f| f.hash.as_str()),
+            )),
+            Arc::new(UInt64Array::from_iter_values(files.iter().map(|f| f.size))),
+            Arc::new(Int64Array::from_iter_values(
+                files.iter().map(|f| f.mtime_ns),
+            )),
+            Arc::new(UInt32Array::from_iter_values(
+                files.iter().map(|f| f.chunks),
+            )),
+        ],
+    )?)
+}
+
+/// One batch as the reader a `merge_insert` takes.
+fn reader(batch: RecordBatch) -> Box<dyn RecordBatchReader + Send> {
+    let schema = batch.schema();
+    Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema))
+}
+
 /// A SQL string literal.
 fn sql_str(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -241,12 +274,15 @@ pub enum Stamp {
 
 impl Store {
     /// The index's [`Stamp`] now (three `stat` calls, or three requests).
-    pub async fn stamp(loc: &Location) -> Stamp {
+    pub fn stamp(loc: &Location) -> Stamp {
         use std::os::unix::fs::MetadataExt;
         let dir = match loc {
             Location::Local(dir) => dir,
             Location::Remote(r) => {
-                return Stamp::Remote(Location::remote_stamp(r, &[CHUNKS, FILES]).await)
+                // No runtime, no listing: the open that follows reports why.
+                let names =
+                    block_on(async { Ok(Location::remote_stamp(r, &[CHUNKS, FILES]).await) });
+                return Stamp::Remote(names.unwrap_or_default());
             }
         };
         let paths = [
@@ -266,17 +302,17 @@ impl Store {
     }
 
     /// Whether `loc` holds an index.
-    pub async fn exists(loc: &Location) -> Result<bool> {
+    pub fn exists(loc: &Location) -> Result<bool> {
         match loc {
             Location::Local(dir) => Ok(dir.join(META).is_file()),
-            Location::Remote(_) => Ok(loc.read(META).await?.is_some()),
+            Location::Remote(_) => Ok(block_on(loc.read(META))?.is_some()),
         }
     }
 
     /// Opens an existing index for reading and writing.
-    pub async fn open(loc: &Location) -> Result<Store> {
+    pub fn open(loc: &Location) -> Result<Store> {
         let dir = loc.display();
-        let Some(text) = loc.read(META).await? else {
+        let Some(text) = block_on(loc.read(META))? else {
             return Err(ExitError::no_index(format!(
                 "no index at {dir}; run `rag ingest DIR` first"
             )));
@@ -292,6 +328,12 @@ impl Store {
                 meta.layout
             )));
         }
+        block_on(Store::open_tables(loc, meta))
+    }
+
+    /// Connects and opens the tables of an index whose `index.json` was read.
+    async fn open_tables(loc: &Location, meta: IndexMeta) -> Result<Store> {
+        let dir = loc.display();
         let db = connect(loc).await?;
         let damaged = |e: lancedb::Error| {
             ExitError::incompatible(format!(
@@ -314,15 +356,20 @@ impl Store {
 
     /// Opens the index, creating it if missing. An index made with another model or other
     /// chunk settings is an error that names the difference.
-    pub async fn open_or_create(loc: &Location, meta: IndexMeta) -> Result<Store> {
-        if Store::exists(loc).await? {
-            let store = Store::open(loc).await?;
+    pub fn open_or_create(loc: &Location, meta: IndexMeta) -> Result<Store> {
+        if Store::exists(loc)? {
+            let store = Store::open(loc)?;
             store.check(&meta)?;
             return Ok(store);
         }
         if let Location::Local(dir) = loc {
             create_private_dir(dir)?;
         }
+        block_on(Store::create(loc, meta))
+    }
+
+    /// Makes the empty tables, then `index.json`.
+    async fn create(loc: &Location, meta: IndexMeta) -> Result<Store> {
         let db = connect(loc).await?;
         let names = db.table_names().execute().await?;
         // Tables left by an ingest killed before index.json was written are recreated.
@@ -382,10 +429,10 @@ impl Store {
 
     /// Records `root` as the project root of the index (index.json rewritten atomically and
     /// durably, so a crash leaves the old or the new one).
-    pub async fn set_root(&mut self, root: &Path) -> Result<()> {
+    pub fn set_root(&mut self, root: &Path) -> Result<()> {
         self.meta.root = root.to_path_buf();
         let bytes = serde_json::to_vec_pretty(&self.meta)?;
-        self.loc.write(META, &bytes).await
+        block_on(self.loc.write(META, &bytes))
     }
 
     /// Checks only the embedding model and how it was used (what search needs).
@@ -398,8 +445,8 @@ impl Store {
         )))
     }
 
-    pub async fn file_states(&self) -> Result<HashMap<String, FileState>> {
-        let batches: Vec<RecordBatch> = self.files.query().execute().await?.try_collect().await?;
+    pub fn file_states(&self) -> Result<HashMap<String, FileState>> {
+        let batches = fetch(self.files.query())?;
         let mut out = HashMap::new();
         for b in &batches {
             let path = column(b, "files", "path")?.as_string::<i32>();
@@ -430,7 +477,7 @@ impl Store {
     /// (keeping the old record was not enough: a file reverted to its old content matched it
     /// and kept the new version's chunks). New files take a delete-by-path (leftovers of a
     /// killed run) and an add. Chunk ids are content hashes, so nothing is ever duplicated.
-    pub async fn replace_files(
+    pub fn replace_files(
         &self,
         files: &[FileState],
         recorded: &[&str],
@@ -439,77 +486,56 @@ impl Store {
         if files.is_empty() {
             return Ok(());
         }
-        for group in recorded.chunks(500) {
-            self.files.delete(path_in(group).as_str()).await?;
-            fault_point();
-        }
-        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        if !recorded.is_empty() && !rows.is_empty() && paths.len() <= 500 {
-            let batch = self.chunk_batch(rows)?;
-            let schema = batch.schema();
-            let reader: Box<dyn RecordBatchReader + Send> =
-                Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
-            let mut merge = self.chunks.merge_insert(&["id"]);
+        block_on(async {
+            for group in recorded.chunks(500) {
+                self.files.delete(path_in(group).as_str()).await?;
+                fault_point();
+            }
+            let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+            if !recorded.is_empty() && !rows.is_empty() && paths.len() <= 500 {
+                let mut merge = self.chunks.merge_insert(&["id"]);
+                merge
+                    .when_matched_update_all(None)
+                    .when_not_matched_insert_all()
+                    .when_not_matched_by_source_delete(Some(path_in(&paths)));
+                merge.execute(reader(self.chunk_batch(rows)?)).await?;
+                fault_point();
+            } else {
+                for group in paths.chunks(500) {
+                    self.chunks.delete(path_in(group).as_str()).await?;
+                    fault_point();
+                }
+                if !rows.is_empty() {
+                    self.chunks.add(self.chunk_batch(rows)?).execute().await?;
+                    fault_point();
+                }
+            }
+            let mut merge = self.files.merge_insert(&["path"]);
             merge
                 .when_matched_update_all(None)
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(Some(path_in(&paths)));
-            merge.execute(reader).await?;
+                .when_not_matched_insert_all();
+            merge.execute(reader(file_batch(files)?)).await?;
             fault_point();
-        } else {
-            for group in paths.chunks(500) {
-                self.chunks.delete(path_in(group).as_str()).await?;
-                fault_point();
-            }
-            if !rows.is_empty() {
-                self.chunks.add(self.chunk_batch(rows)?).execute().await?;
-                fault_point();
-            }
-        }
-        let batch = RecordBatch::try_new(
-            file_schema(),
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    files.iter().map(|f| f.path.as_str()),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    files.iter().map(|f| f.hash.as_str()),
-                )),
-                Arc::new(UInt64Array::from_iter_values(files.iter().map(|f| f.size))),
-                Arc::new(Int64Array::from_iter_values(
-                    files.iter().map(|f| f.mtime_ns),
-                )),
-                Arc::new(UInt32Array::from_iter_values(
-                    files.iter().map(|f| f.chunks),
-                )),
-            ],
-        )?;
-        let schema = batch.schema();
-        let reader: Box<dyn RecordBatchReader + Send> =
-            Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema));
-        let mut merge = self.files.merge_insert(&["path"]);
-        merge
-            .when_matched_update_all(None)
-            .when_not_matched_insert_all();
-        merge.execute(reader).await?;
-        fault_point();
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Forgets files: their chunks first, then their records.
-    pub async fn remove_files(&self, paths: &[&str]) -> Result<u64> {
-        let mut deleted = 0;
-        for group in paths.chunks(500) {
-            deleted += self
-                .chunks
-                .delete(path_in(group).as_str())
-                .await?
-                .num_deleted_rows;
-            fault_point();
-            self.files.delete(path_in(group).as_str()).await?;
-            fault_point();
-        }
-        Ok(deleted)
+    pub fn remove_files(&self, paths: &[&str]) -> Result<u64> {
+        block_on(async {
+            let mut deleted = 0;
+            for group in paths.chunks(500) {
+                deleted += self
+                    .chunks
+                    .delete(path_in(group).as_str())
+                    .await?
+                    .num_deleted_rows;
+                fault_point();
+                self.files.delete(path_in(group).as_str()).await?;
+                fault_point();
+            }
+            Ok(deleted)
+        })
     }
 
     fn chunk_batch(&self, rows: &[Row<'_>]) -> Result<RecordBatch> {
@@ -564,79 +590,82 @@ impl Store {
     /// `SMALL_FRAGMENTS` small files or a tenth of its rows are deleted ones (rewriting).
     /// Runs under the ingest lock; a reader holding a version younger than `keep` is safe.
     /// Returns whether anything was compacted.
-    pub async fn cleanup(&self, keep: std::time::Duration) -> Result<bool> {
-        use lancedb::table::optimize::{CompactionOptions, Duration};
-        const SMALL_FRAGMENTS: usize = 8;
-        let mut compacted = false;
-        for table in [&self.chunks, &self.files] {
-            let stats = table.stats().await?;
-            let deleted = stats.num_deleted_rows.unwrap_or(0);
-            if stats.fragment_stats.num_small_fragments > SMALL_FRAGMENTS
-                || deleted * 10 > stats.num_rows.max(1)
-            {
+    pub fn cleanup(&self, keep: std::time::Duration) -> Result<bool> {
+        block_on(async {
+            use lancedb::table::optimize::{CompactionOptions, Duration};
+            const SMALL_FRAGMENTS: usize = 8;
+            let mut compacted = false;
+            for table in [&self.chunks, &self.files] {
+                let stats = table.stats().await?;
+                let deleted = stats.num_deleted_rows.unwrap_or(0);
+                if stats.fragment_stats.num_small_fragments > SMALL_FRAGMENTS
+                    || deleted * 10 > stats.num_rows.max(1)
+                {
+                    table
+                        .optimize(OptimizeAction::Compact {
+                            options: CompactionOptions::default(),
+                            remap_options: None,
+                        })
+                        .await?;
+                    compacted = true;
+                }
                 table
-                    .optimize(OptimizeAction::Compact {
-                        options: CompactionOptions::default(),
-                        remap_options: None,
+                    .optimize(OptimizeAction::Prune {
+                        older_than: Duration::from_std(keep).ok(),
+                        delete_unverified: Some(true),
+                        error_if_tagged_old_versions: Some(false),
                     })
                     .await?;
-                compacted = true;
             }
-            table
-                .optimize(OptimizeAction::Prune {
-                    older_than: Duration::from_std(keep).ok(),
-                    delete_unverified: Some(true),
-                    error_if_tagged_old_versions: Some(false),
-                })
-                .await?;
-        }
-        Ok(compacted)
+            Ok(compacted)
+        })
     }
 
     /// Table versions of the chunks and files tables (for `rag status` and the tests).
-    pub async fn version_count(&self) -> Result<usize> {
-        Ok(self.chunks.list_versions().await?.len() + self.files.list_versions().await?.len())
+    pub fn version_count(&self) -> Result<usize> {
+        block_on(async {
+            Ok(self.chunks.list_versions().await?.len() + self.files.list_versions().await?.len())
+        })
     }
 
     /// Brings the full-text index up to date with the table: created on first use, then
     /// extended with new rows (deleted rows are masked without it).
-    pub async fn refresh_text_index(&self) -> Result<()> {
-        let has_index = self
-            .chunks
-            .list_indices()
-            .await?
-            .iter()
-            .any(|i| i.columns.iter().any(|c| c == SEARCH_TEXT));
-        if has_index {
-            self.chunks
-                .optimize(OptimizeAction::Index(OptimizeOptions::default()))
-                .await?;
-        } else {
-            self.chunks
-                .create_index(&[SEARCH_TEXT], Index::FTS(FtsIndexBuilder::default()))
-                .execute()
-                .await?;
-        }
-        Ok(())
+    pub fn refresh_text_index(&self) -> Result<()> {
+        block_on(async {
+            let has_index = self
+                .chunks
+                .list_indices()
+                .await?
+                .iter()
+                .any(|i| i.columns.iter().any(|c| c == SEARCH_TEXT));
+            if has_index {
+                self.chunks
+                    .optimize(OptimizeAction::Index(OptimizeOptions::default()))
+                    .await?;
+            } else {
+                self.chunks
+                    .create_index(&[SEARCH_TEXT], Index::FTS(FtsIndexBuilder::default()))
+                    .execute()
+                    .await?;
+            }
+            Ok(())
+        })
     }
 
     /// The chunks stored for `path`, in line order, with their vectors.
-    pub async fn chunks_of(&self, path: &str) -> Result<Vec<StoredChunk>> {
-        let batches: Vec<RecordBatch> = self
-            .chunks
-            .query()
-            .only_if(format!("path = {}", sql_str(path)))
-            .select(Select::columns(&[
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-                "vector",
-            ]))
-            .execute()
-            .await?
-            .try_collect()
-            .await?;
+    pub fn chunks_of(&self, path: &str) -> Result<Vec<StoredChunk>> {
+        let batches = fetch(
+            self.chunks
+                .query()
+                .only_if(format!("path = {}", sql_str(path)))
+                .select(Select::columns(&[
+                    "heading",
+                    "line_start",
+                    "line_end",
+                    "text",
+                    "vector",
+                ])),
+        )?;
         let mut out = Vec::new();
         for b in &batches {
             let col = |name: &str| column(b, "chunks", name);
@@ -661,15 +690,8 @@ impl Store {
     }
 
     /// Every chunk id, sorted (for consistency checks).
-    pub async fn chunk_ids(&self) -> Result<Vec<String>> {
-        let batches: Vec<RecordBatch> = self
-            .chunks
-            .query()
-            .select(Select::columns(&["id"]))
-            .execute()
-            .await?
-            .try_collect()
-            .await?;
+    pub fn chunk_ids(&self) -> Result<Vec<String>> {
+        let batches = fetch(self.chunks.query().select(Select::columns(&["id"])))?;
         let mut ids: Vec<String> = batches
             .iter()
             .filter_map(|b| {
@@ -687,10 +709,12 @@ impl Store {
         Ok(ids)
     }
 
-    pub async fn stats(&self) -> Result<Stats> {
-        Ok(Stats {
-            chunks: self.chunks.count_rows(None).await?,
-            files: self.files.count_rows(None).await?,
+    pub fn stats(&self) -> Result<Stats> {
+        block_on(async {
+            Ok(Stats {
+                chunks: self.chunks.count_rows(None).await?,
+                files: self.files.count_rows(None).await?,
+            })
         })
     }
 
@@ -707,7 +731,7 @@ impl Store {
     /// Nearest chunks by cosine distance: through the ANN index when the table has one
     /// (ingest builds it past `index.ann_min_rows`; rows added since are scanned exactly and
     /// merged in), else an exact scan of every vector.
-    pub async fn vector_search(
+    pub fn vector_search(
         &self,
         vector: &[f32],
         k: usize,
@@ -750,7 +774,7 @@ impl Store {
         if let Some(f) = filter {
             q = q.only_if(f);
         }
-        let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
+        let batches = fetch(q)?;
         hits(&batches, "_distance", |d| 1.0 - d)
     }
 
@@ -764,23 +788,28 @@ impl Store {
     /// refresh (`OptimizeAction::Index` covers every index), and retrained from scratch when
     /// fewer than half of the rows are in it (its partitions were learnt on a smaller table).
     /// Returns whether it (re)built the index.
-    pub async fn update_ann(&mut self, policy: AnnPolicy) -> Result<bool> {
-        let rows = self.chunks.count_rows(None).await?;
-        if rows < policy.min_rows.max(1) {
-            return Ok(false);
-        }
-        if self.ann.is_some() {
-            let stats = self.chunks.index_stats(VECTOR_INDEX).await?;
-            if stats.is_some_and(|s| s.num_indexed_rows * 2 >= rows) {
+    pub fn update_ann(&mut self, policy: AnnPolicy) -> Result<bool> {
+        let due = block_on(async {
+            let rows = self.chunks.count_rows(None).await?;
+            if rows < policy.min_rows.max(1) {
                 return Ok(false);
             }
+            if self.ann.is_some() {
+                let stats = self.chunks.index_stats(VECTOR_INDEX).await?;
+                if stats.is_some_and(|s| s.num_indexed_rows * 2 >= rows) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
+        if due {
+            self.rebuild_ann(policy.kind)?;
         }
-        self.rebuild_ann(policy.kind).await?;
-        Ok(true)
+        Ok(due)
     }
 
     /// Builds the ANN index of type `kind` from every row now, replacing the old one.
-    pub async fn rebuild_ann(&mut self, kind: crate::config::AnnType) -> Result<()> {
+    pub fn rebuild_ann(&mut self, kind: crate::config::AnnType) -> Result<()> {
         use crate::config::AnnType;
         use lancedb::index::vector::{IvfHnswSqIndexBuilder, IvfPqIndexBuilder};
         let index = match kind {
@@ -791,24 +820,21 @@ impl Store {
                 Index::IvfPq(IvfPqIndexBuilder::default().distance_type(DistanceType::Cosine))
             }
         };
-        self.chunks
-            .create_index(&["vector"], index)
-            .name(VECTOR_INDEX.to_string())
-            .replace(true)
-            .execute()
-            .await
-            .context("building the ANN vector index")?;
-        self.ann = vector_index(&self.chunks).await?;
+        self.ann = block_on(async {
+            self.chunks
+                .create_index(&["vector"], index)
+                .name(VECTOR_INDEX.to_string())
+                .replace(true)
+                .execute()
+                .await
+                .context("building the ANN vector index")?;
+            vector_index(&self.chunks).await
+        })?;
         Ok(())
     }
 
     /// Best chunks by BM25 over the heading path and text.
-    pub async fn text_search(
-        &self,
-        query: &str,
-        k: usize,
-        filter: Option<&str>,
-    ) -> Result<Vec<Hit>> {
+    pub fn text_search(&self, query: &str, k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
         if query.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -829,7 +855,7 @@ impl Store {
         if let Some(f) = filter {
             q = q.only_if(f);
         }
-        let batches: Vec<RecordBatch> = q.execute().await?.try_collect().await?;
+        let batches = fetch(q)?;
         hits(&batches, "_score", |s| s)
     }
 }
@@ -845,6 +871,11 @@ async fn vector_index(table: &Table) -> Result<Option<String>> {
         .into_iter()
         .find(|i| i.columns.iter().any(|c| c == "vector"))
         .map(|i| i.index_type.to_string()))
+}
+
+/// Every batch a query returns.
+fn fetch(q: impl ExecutableQuery) -> Result<Vec<RecordBatch>> {
+    block_on(async { Ok(q.execute().await?.try_collect().await?) })
 }
 
 /// A column of a query result, or an error naming it.
@@ -883,13 +914,9 @@ fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) ->
     Ok(out)
 }
 
-/// The sorted chunk ids of the index at `dir`, from synchronous code (tests, tools).
+/// The sorted chunk ids of the index at `dir` (tests, tools).
 pub fn chunk_ids_blocking(dir: &Path) -> Result<Vec<String>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let loc = Location::Local(dir.to_path_buf());
-    rt.block_on(async { Store::open(&loc).await?.chunk_ids().await })
+    Store::open(&Location::Local(dir.to_path_buf()))?.chunk_ids()
 }
 
 /// Fault injection for the crash tests: with `RAG_TEST_CRASH_AT=N`, the process aborts
@@ -919,8 +946,8 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
 
 /// The project root recorded in the index at `loc`, read leniently (any layout, even one
 /// this rag cannot open), so the check works before a `--rebuild` too.
-pub async fn recorded_root(loc: &Location) -> Option<PathBuf> {
-    let text = loc.read(META).await.ok()??;
+pub fn recorded_root(loc: &Location) -> Option<PathBuf> {
+    let text = block_on(loc.read(META)).ok()??;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v.get("root")?.as_str().map(PathBuf::from)
 }
