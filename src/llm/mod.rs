@@ -694,13 +694,18 @@ impl Utf8Stream {
 mod tests {
     use super::Utf8Stream;
 
-    #[test]
-    fn an_answer_cannot_open_with_a_bracket() {
+    /// The small generator's vocabulary (no weights): what token-level tests read.
+    fn small_vocab() -> super::Llm {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
         );
-        let llm = super::Llm::load(std::path::Path::new(path), true).unwrap();
+        super::Llm::load(std::path::Path::new(path), true).unwrap()
+    }
+
+    #[test]
+    fn an_answer_cannot_open_with_a_bracket() {
+        let llm = small_vocab();
         let vocab = llm.model.vocab();
         let bracket = llm.tokenize("[S1]", false)[0];
         let bracket_space = llm.tokenize(" [", false)[0];
@@ -718,11 +723,7 @@ mod tests {
 
     #[test]
     fn the_copy_bias_lifts_the_prompts_tokens_and_end_of_turn_only() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-        );
-        let llm = super::Llm::load(std::path::Path::new(path), true).unwrap();
+        let llm = small_vocab();
         let prompt = llm.tokenize("Run PRAGMA auto_vacuum", false);
         assert!(super::CopyBias::new(0.0, &prompt, &llm.model).is_none());
         let c = super::CopyBias::new(1.5, &prompt, &llm.model).unwrap();
