@@ -1,5 +1,6 @@
 //! Command-line syntax: clap derive types and help text. Parsed flags only; defaults and
-//! precedence live in `config.rs`, so `None` here means "not given on the command line".
+//! precedence live in `config`. Each flag group fills its part of the typed flag layer
+//! (`config::Flags`); `None` here means "not given on the command line".
 
 use std::path::PathBuf;
 
@@ -259,6 +260,17 @@ pub struct RetrievalArgs {
     pub exact: bool,
 }
 
+impl RetrievalArgs {
+    /// The settings these flags set (the path glob and SQL filter are per query, not settings).
+    pub fn apply(&self, r: &mut crate::config::RetrievalFlags) {
+        r.top_k = self.top_k.or(r.top_k);
+        r.mode = self.mode.or(r.mode);
+        if self.exact {
+            r.exact = Some(true);
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// The query
@@ -336,8 +348,8 @@ pub struct ServeArgs {
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// Generator: small, large, auto (routing), or a GGUF file
-    #[arg(long, value_name = "small|large|auto|FILE")]
-    pub model: Option<String>,
+    #[arg(long, value_name = "small|large|auto|FILE", value_parser = crate::config::ModelChoice::parse)]
+    pub model: Option<crate::config::ModelChoice>,
     /// Most tokens to generate
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u32>,
@@ -356,6 +368,23 @@ pub struct GenArgs {
     /// Threads for llama.cpp [default: physical cores]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+}
+
+impl GenArgs {
+    /// The settings these flags set.
+    pub fn apply(&self, llm: &mut crate::config::LlmFlags) {
+        if let Some(m) = &self.model {
+            m.apply(llm);
+        }
+        llm.max_tokens = self.max_tokens.or(llm.max_tokens);
+        llm.seed = self.seed.or(llm.seed);
+        llm.n_ctx = self.n_ctx.or(llm.n_ctx);
+        // One flag for both: prefill and decode threads differ only when tuned in rag.toml.
+        llm.threads = self.threads.or(llm.threads);
+        llm.threads_batch = self.threads.or(llm.threads_batch);
+        llm.temperature = self.temperature.or(llm.temperature);
+        llm.top_p = self.top_p.or(llm.top_p);
+    }
 }
 
 #[derive(Debug, Args)]

@@ -47,7 +47,6 @@ pub mod ui;
 mod fuzz;
 
 use anyhow::Result;
-use toml::Value;
 
 pub use exit::{exit_code_of, is_broken_pipe, is_disk_full, Exit, ExitError};
 
@@ -57,7 +56,7 @@ use retrieve::Mode;
 /// `rag --version`: this build, the llama.cpp it was built with, and the ONNX Runtime
 /// library the settings point at, loaded to ask it its version.
 pub fn version_text() -> String {
-    let ort = config::resolve(None, vec![])
+    let ort = config::resolve(None, &config::Flags::default())
         .and_then(|s| {
             let v = embed::ort_version(&s.embed.ort_lib)?;
             Ok(format!("{v} ({})", s.embed.ort_lib.display()))
@@ -70,39 +69,40 @@ pub fn version_text() -> String {
     )
 }
 
-/// Flags that override settings, as (`section.key`, value).
-fn overrides(cli: &Cli) -> config::Overrides {
-    let mut o: config::Overrides = Vec::new();
-    let path = |p: &std::path::Path| Value::String(p.to_string_lossy().into_owned());
-    if let Some(dir) = &cli.global.index {
-        o.push(("index.dir", path(dir)));
-    }
-    let retrieval = |o: &mut config::Overrides, r: &cli::RetrievalArgs| {
-        if let Some(k) = r.top_k {
-            o.push(("retrieval.top_k", Value::Integer(k as i64)));
-        }
-        if let Some(m) = r.mode {
-            o.push((
-                "retrieval.mode",
-                Value::try_from(m).expect("a mode is a string"),
-            ));
-        }
-        if r.exact {
-            o.push(("retrieval.exact", Value::Boolean(true)));
-        }
-    };
+/// The settings the command's flags set: the top layer over defaults, file and environment.
+fn flags(cli: &Cli) -> config::Flags {
+    let mut f = config::Flags::default();
+    f.index.dir = cli.global.index.clone();
     match &cli.command {
-        Command::Ingest(a) => {
-            if let Some(b) = a.batch_size {
-                o.push(("embed.batch_size", Value::Integer(b as i64)));
-            }
+        Command::Ingest(a) => f.embed.batch_size = a.batch_size,
+        Command::Search(a) => a.retrieval.apply(&mut f.retrieval),
+        Command::Eval(cli::EvalArgs {
+            retrieval: r,
+            gen: g,
+            ..
+        })
+        | Command::Ask(cli::AskArgs {
+            retrieval: r,
+            gen: g,
+            ..
+        })
+        | Command::Chat(cli::ChatArgs {
+            retrieval: r,
+            gen: g,
+        })
+        | Command::Mcp(cli::ChatArgs {
+            retrieval: r,
+            gen: g,
+        }) => {
+            r.apply(&mut f.retrieval);
+            g.apply(&mut f.llm);
         }
-        Command::Search(a) => retrieval(&mut o, &a.retrieval),
-        Command::Eval(a) => {
-            retrieval(&mut o, &a.retrieval);
-            gen(&mut o, &a.gen);
+        Command::Serve(a) => {
+            a.retrieval.apply(&mut f.retrieval);
+            a.gen.apply(&mut f.llm);
+            f.serve.addr = a.addr.clone();
         }
-        Command::BenchLlm(cli::BenchLlmArgs { gen: a, .. }) => gen(&mut o, a),
+        Command::BenchLlm(a) => a.gen.apply(&mut f.llm),
         Command::BenchStore(_)
         | Command::BenchAnn(_)
         | Command::Doctor(_)
@@ -111,58 +111,8 @@ fn overrides(cli: &Cli) -> config::Overrides {
         | Command::Status(_)
         | Command::Completions(_)
         | Command::Man(_) => {}
-        Command::Ask(cli::AskArgs {
-            retrieval: r,
-            gen: a,
-            ..
-        })
-        | Command::Chat(cli::ChatArgs {
-            retrieval: r,
-            gen: a,
-        })
-        | Command::Mcp(cli::ChatArgs {
-            retrieval: r,
-            gen: a,
-        }) => {
-            retrieval(&mut o, r);
-            gen(&mut o, a);
-        }
-        Command::Serve(a) => {
-            retrieval(&mut o, &a.retrieval);
-            gen(&mut o, &a.gen);
-            if let Some(addr) = &a.addr {
-                o.push(("serve.addr", Value::String(addr.clone())));
-            }
-        }
     }
-    o
-}
-
-/// Generation flags shared by `ask`, `chat` and `bench-llm`.
-fn gen(o: &mut config::Overrides, a: &cli::GenArgs) {
-    match a.model.as_deref() {
-        Some(r @ ("small" | "large" | "auto")) => o.push(("llm.route", Value::String(r.into()))),
-        Some(file) => {
-            o.push(("llm.model", Value::String(file.into())));
-            o.push(("llm.route", Value::String("small".into())));
-        }
-        None => {}
-    }
-    let int = |v: Option<i64>| v.map(Value::Integer);
-    let float = |v: Option<f32>| v.map(|x| Value::Float(f64::from(x)));
-    for (key, value) in [
-        ("llm.max_tokens", int(a.max_tokens.map(i64::from))),
-        ("llm.seed", int(a.seed.map(i64::from))),
-        ("llm.n_ctx", int(a.n_ctx.map(i64::from))),
-        ("llm.threads", int(a.threads.map(|t| t as i64))),
-        ("llm.threads_batch", int(a.threads.map(|t| t as i64))),
-        ("llm.temperature", float(a.temperature)),
-        ("llm.top_p", float(a.top_p)),
-    ] {
-        if let Some(v) = value {
-            o.push((key, v));
-        }
-    }
+    f
 }
 
 /// The commands that need no settings, or (init) must work where the settings are broken.
@@ -171,7 +121,8 @@ fn without_settings(cli: &Cli, ui: &ui::Ui) -> Option<Result<Exit>> {
         Command::Completions(a) => shell::completions(a.shell, ui),
         Command::Man(a) => shell::man_pages(&a.dir, ui),
         Command::Init(a) => {
-            let current = config::resolve(cli.global.config.as_deref(), vec![]).ok();
+            let current =
+                config::resolve(cli.global.config.as_deref(), &config::Flags::default()).ok();
             let dir = a.dir.clone().unwrap_or_else(|| ".".into());
             project::init(&dir, a.force, current.as_ref())
                 .and_then(|done| project::print_init(ui, &done, a.json))
@@ -189,7 +140,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
     if let Some(exit) = without_settings(&cli, &ui) {
         return exit;
     }
-    let settings = config::resolve(cli.global.config.as_deref(), overrides(&cli))?;
+    let settings = config::resolve(cli.global.config.as_deref(), &flags(&cli))?;
     ui::init_logs(cli.global.verbose, config::log_filter().as_deref())?;
     let verbose = cli.global.verbose > 0;
     if cli.global.show_settings {
@@ -200,14 +151,7 @@ pub fn run(cli: Cli) -> Result<Exit> {
         project::print_config(&ui, &settings, a.json)?;
         return Ok(Exit::Success);
     }
-    if matches!(
-        cli.command,
-        Command::Ingest(_)
-            | Command::Ask(_)
-            | Command::Chat(_)
-            | Command::Mcp(_)
-            | Command::Serve(_)
-    ) {
+    if writes_user_data(&cli.command) {
         // These write the index and the prompt cache, copies of the user's documents: every
         // file they create is 0600 and every folder 0700, whatever LanceDB asks for.
         // SAFETY: umask only changes this process's file-creation mask.
@@ -215,40 +159,63 @@ pub fn run(cli: Cli) -> Result<Exit> {
             libc::umask(0o077);
         }
     }
-    match &cli.command {
-        Command::Ingest(a) => ingest_command(&settings, a, &ui),
+    dispatch(&cli.command, &settings, verbose, &ui)
+}
+
+/// Whether the command writes the index or the prompt cache.
+fn writes_user_data(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Ingest(_)
+            | Command::Ask(_)
+            | Command::Chat(_)
+            | Command::Mcp(_)
+            | Command::Serve(_)
+    )
+}
+
+/// Runs a command that needs settings.
+fn dispatch(
+    command: &Command,
+    settings: &config::Settings,
+    verbose: bool,
+    ui: &ui::Ui,
+) -> Result<Exit> {
+    let ui = *ui;
+    match command {
+        Command::Ingest(a) => ingest_command(settings, a, &ui),
         Command::Search(a) => ask::search(
-            &settings,
-            &query(&settings, &a.query, &a.retrieval, verbose),
+            settings,
+            &query(settings, &a.query, &a.retrieval, verbose),
             a.json,
             &ui,
         ),
-        Command::Ask(a) => ask_command(&settings, a, verbose, &ui),
-        Command::Eval(a) => eval::run(&settings, &eval_options(&settings, a, verbose), &ui),
-        Command::Doctor(a) => doctor::run(&settings, a.json, &ui),
+        Command::Ask(a) => ask_command(settings, a, verbose, &ui),
+        Command::Eval(a) => eval::run(settings, &eval_options(settings, a, verbose), &ui),
+        Command::Doctor(a) => doctor::run(settings, a.json, &ui),
         Command::Status(a) => {
-            status::print(&ui, &status::collect(&settings)?, a.json)?;
+            status::print(&ui, &status::collect(settings)?, a.json)?;
             Ok(Exit::Success)
         }
         Command::Init(_) | Command::Config(_) | Command::Completions(_) | Command::Man(_) => {
             unreachable!("handled before the settings are resolved")
         }
-        Command::BenchLlm(a) => bench::llm(&settings, a.n_prompt, a.n_gen, a.reps, &ui),
-        Command::BenchStore(a) => bench::store(&settings, a.chunks, &ui),
-        Command::BenchAnn(a) => crate::bench_ann::run(&settings, a, &ui),
+        Command::BenchLlm(a) => bench::llm(settings, a.n_prompt, a.n_gen, a.reps, &ui),
+        Command::BenchStore(a) => bench::store(settings, a.chunks, &ui),
+        Command::BenchAnn(a) => crate::bench_ann::run(settings, a, &ui),
         Command::Mcp(a) => {
-            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose)?;
+            let (engine, q) = warm_engine(settings, &a.retrieval, verbose)?;
             mcp::serve(&engine, &q, true, &ui)
         }
         Command::Serve(a) => {
-            let (engine, q) = warm_engine(&settings, &a.retrieval, verbose)?;
+            let (engine, q) = warm_engine(settings, &a.retrieval, verbose)?;
             serve::run(&engine, &q, a.token.as_deref(), &ui)
         }
         Command::Chat(a) => {
             let o = chat::ChatOptions { verbose };
             chat::run(
-                &settings,
-                &query(&settings, "", &a.retrieval, verbose),
+                settings,
+                &query(settings, "", &a.retrieval, verbose),
                 &o,
                 &ui,
             )

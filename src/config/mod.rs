@@ -16,6 +16,9 @@ use toml::{Table, Value};
 use crate::exit::ExitError;
 pub use crate::retrieve::Mode;
 
+mod flags;
+pub use flags::{EmbedFlags, Flags, IndexFlags, LlmFlags, ModelChoice, RetrievalFlags, ServeFlags};
+
 /// How the embedder's token vectors become one: `embed.pooling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,7 +51,7 @@ pub enum Backend {
 }
 
 /// Which generator answers: `llm.route`, `--model small|large|auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
     Small,
@@ -511,9 +514,6 @@ const PATH_KEYS: &[&str] = &[
     "llm.tokenizer",
 ];
 
-/// One layer of overrides from the command line: (`section.key`, value).
-pub type Overrides = Vec<(&'static str, Value)>;
-
 /// The `RAG_*` environment variables, by name.
 pub type Env = BTreeMap<String, String>;
 
@@ -557,7 +557,7 @@ impl std::fmt::Display for Source {
 
 /// Resolve settings. `config` is `--config`; without it `RAG_CONFIG`, then the nearest
 /// `rag.toml` in the current folder or a parent (as git finds `.git`).
-pub fn resolve(config: Option<&Path>, flags: Overrides) -> Result<Settings> {
+pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
     let mut env = Env::new();
     for (name, value) in std::env::vars_os() {
         let Some(name) = name.to_str().filter(|n| n.starts_with("RAG_")) else {
@@ -598,12 +598,7 @@ fn config_file(config: Option<&Path>, env: &Env, cwd: &Path) -> Result<Option<Pa
     }
 }
 
-fn resolve_with(
-    config: Option<&Path>,
-    flags: Overrides,
-    env: &Env,
-    cwd: &Path,
-) -> Result<Settings> {
+fn resolve_with(config: Option<&Path>, flags: &Flags, env: &Env, cwd: &Path) -> Result<Settings> {
     let file = config_file(config, env, cwd)?;
     // Defaults are relative to the config file's folder when there is one, so `rag` works
     // from any subfolder of the project.
@@ -647,16 +642,13 @@ fn resolve_with(
     }
     merge(&mut table, env_layer);
 
-    let mut flag_layer = Table::new();
-    for (key, value) in flags {
-        let (section, name) = key.split_once('.').expect("flag keys are section.key");
-        flag_layer
-            .entry(section)
-            .or_insert_with(|| Value::Table(Table::new()))
-            .as_table_mut()
-            .expect("sections are tables")
-            .insert(name.to_string(), value);
-        sources.insert(key.to_string(), Source::Flag);
+    let mut flag_layer = flags.layer()?;
+    let flag_keys = leaves(&flag_layer);
+    if let Some(k) = flag_keys.iter().find(|k| !keys.contains(k)) {
+        anyhow::bail!("internal: a flag sets {k}, which is not a settings key");
+    }
+    for k in flag_keys {
+        sources.insert(k, Source::Flag);
     }
     resolve_paths(&mut flag_layer, cwd);
     merge(&mut table, flag_layer);
@@ -1009,7 +1001,7 @@ pub fn threads(n: usize) -> usize {
 mod tests {
     use super::*;
 
-    fn run(file: Option<&str>, env: &[(&str, &str)], flags: Overrides) -> Result<Settings> {
+    fn run(file: Option<&str>, env: &[(&str, &str)], flags: Flags) -> Result<Settings> {
         let dir = tempfile::tempdir().unwrap();
         if let Some(text) = file {
             std::fs::write(dir.path().join("rag.toml"), text).unwrap();
@@ -1018,7 +1010,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        resolve_with(None, flags, &env, dir.path()).map(|mut s| {
+        resolve_with(None, &flags, &env, dir.path()).map(|mut s| {
             // Make paths comparable across temp dirs.
             s.llm.model = s
                 .llm
@@ -1037,7 +1029,7 @@ mod tests {
             "RAG_INDEX_STORAGE",
             "aws_region=eu-west-1, aws_session_token=tok",
         )];
-        let s = run(Some(file), &env, vec![]).unwrap();
+        let s = run(Some(file), &env, Flags::default()).unwrap();
         assert_eq!(
             s.index.uri(),
             Some("s3://bucket/team/idx"),
@@ -1060,53 +1052,132 @@ mod tests {
         // The local state of a remote index is keyed by its URI; a folder's is the folder.
         let state = s.index.state_dir();
         assert!(state.ends_with(&blake3::hash(b"s3://bucket/team/idx").to_hex()[..16]));
-        let local = run(None, &[], vec![]).unwrap();
+        let local = run(None, &[], Flags::default()).unwrap();
         assert_eq!(local.index.state_dir(), local.index.dir);
-        let bad = run(None, &[("RAG_INDEX_STORAGE", "no-equals-sign")], vec![]);
+        let bad = run(
+            None,
+            &[("RAG_INDEX_STORAGE", "no-equals-sign")],
+            Flags::default(),
+        );
         assert!(format!("{:#}", bad.unwrap_err()).contains("RAG_INDEX_STORAGE"));
     }
 
     #[test]
     fn precedence_is_default_file_env_flag() {
-        assert_eq!(run(None, &[], vec![]).unwrap().llm.n_ctx, 2048);
+        assert_eq!(run(None, &[], Flags::default()).unwrap().llm.n_ctx, 2048);
         let file = "[llm]\nn_ctx = 1024\ntop_p = 0.5\n";
-        assert_eq!(run(Some(file), &[], vec![]).unwrap().llm.n_ctx, 1024);
-        let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], vec![]).unwrap();
+        assert_eq!(
+            run(Some(file), &[], Flags::default()).unwrap().llm.n_ctx,
+            1024
+        );
+        let s = run(Some(file), &[("RAG_LLM_N_CTX", "512")], Flags::default()).unwrap();
         assert_eq!((s.llm.n_ctx, s.llm.top_p), (512, 0.5));
         let s = run(
             Some(file),
             &[("RAG_LLM_N_CTX", "512")],
-            vec![("llm.n_ctx", Value::Integer(256))],
+            Flags {
+                llm: LlmFlags {
+                    n_ctx: Some(256),
+                    ..LlmFlags::default()
+                },
+                ..Flags::default()
+            },
         )
         .unwrap();
         assert_eq!(s.llm.n_ctx, 256);
     }
 
+    /// Every field of the flag layer is a settings key of the same type, and wins.
+    #[test]
+    fn every_flag_is_a_typed_settings_key() {
+        let flags = Flags {
+            index: IndexFlags {
+                dir: Some("idx".into()),
+            },
+            embed: EmbedFlags {
+                batch_size: Some(3),
+            },
+            retrieval: RetrievalFlags {
+                top_k: Some(4),
+                mode: Some(Mode::Text),
+                exact: Some(true),
+            },
+            llm: LlmFlags {
+                route: Some(Route::Large),
+                model: Some("m.gguf".into()),
+                max_tokens: Some(5),
+                seed: Some(6),
+                n_ctx: Some(700),
+                threads: Some(1),
+                threads_batch: Some(2),
+                temperature: Some(0.5),
+                top_p: Some(0.25),
+            },
+            serve: ServeFlags {
+                addr: Some("127.0.0.1:1".into()),
+            },
+        };
+        let set = leaves(&flags.layer().unwrap());
+        assert_eq!(set.len(), 15, "every field set: {set:?}");
+        let s = run(None, &[], flags).unwrap();
+        for k in &set {
+            assert_eq!(s.sources[k], Source::Flag, "{k}");
+        }
+        assert!(s.index.dir.is_absolute() && s.index.dir.ends_with("idx"));
+        assert_eq!((s.embed.batch_size, s.retrieval.top_k), (3, 4));
+        assert_eq!((s.retrieval.mode, s.retrieval.exact), (Mode::Text, true));
+        assert_eq!(
+            (s.llm.route, s.llm.model.clone()),
+            (Route::Large, "m.gguf".into())
+        );
+        assert_eq!((s.llm.max_tokens, s.llm.seed, s.llm.n_ctx), (5, 6, 700));
+        assert_eq!((s.llm.threads, s.llm.threads_batch), (1, 2));
+        assert_eq!((s.llm.temperature, s.llm.top_p), (0.5, 0.25));
+        assert_eq!(s.serve.addr, "127.0.0.1:1");
+    }
+
+    #[test]
+    fn model_flag_is_a_route_or_a_file() {
+        let pick = |s: &str| {
+            let mut llm = LlmFlags::default();
+            ModelChoice::parse(s).unwrap().apply(&mut llm);
+            (llm.route, llm.model)
+        };
+        assert_eq!(pick("auto"), (Some(Route::Auto), None));
+        assert_eq!(pick("x.gguf"), (Some(Route::Small), Some("x.gguf".into())));
+        assert!(ModelChoice::parse("").is_err());
+    }
+
     #[test]
     fn relative_paths_follow_their_layer() {
-        let s = run(Some("[llm]\nmodel = \"m/a.gguf\"\n"), &[], vec![]).unwrap();
+        let s = run(Some("[llm]\nmodel = \"m/a.gguf\"\n"), &[], Flags::default()).unwrap();
         assert_eq!(s.llm.model, PathBuf::from("m/a.gguf"));
-        let s = run(None, &[("RAG_LLM_MODEL", "/abs/b.gguf")], vec![]).unwrap();
+        let s = run(None, &[("RAG_LLM_MODEL", "/abs/b.gguf")], Flags::default()).unwrap();
         assert_eq!(s.llm.model, PathBuf::from("/abs/b.gguf"));
     }
 
     #[test]
     fn bad_input_is_a_usage_error_naming_the_thing() {
-        let e = run(Some("[llm]\nn_ctxx = 1\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("[llm]\nn_ctxx = 1\n"), &[], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("rag.toml"), "{e:#}");
         assert!(format!("{e:#}").contains("n_ctxx"), "{e:#}");
-        let e = run(Some("[llm\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("[llm\n"), &[], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("not valid TOML"), "{e:#}");
-        let e = run(None, &[("RAG_LLM_N_CTX", "many")], vec![]).unwrap_err();
+        let e = run(None, &[("RAG_LLM_N_CTX", "many")], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("RAG_LLM_N_CTX"), "{e:#}");
-        let e = run(None, &[("RAG_RETRIEVAL_MIN_SIMILARITY", "nan")], vec![]).unwrap_err();
+        let e = run(
+            None,
+            &[("RAG_RETRIEVAL_MIN_SIMILARITY", "nan")],
+            Flags::default(),
+        )
+        .unwrap_err();
         let msg = format!("{e:#}");
         assert!(
             msg.contains("retrieval.min_similarity is not a finite number"),
             "{msg}"
         );
         assert!(msg.contains("0.25"), "{msg}");
-        let e = run(Some("[llm]\ndry_base = inf\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("[llm]\ndry_base = inf\n"), &[], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("llm.dry_base"), "{e:#}");
         for (var, value, key) in [
             (
@@ -1123,15 +1194,15 @@ mod tests {
             ),
             ("RAG_CHUNK_MAX_TOKENS", "20", "chunk.max_tokens"),
         ] {
-            let e = run(None, &[(var, value)], vec![]).unwrap_err();
+            let e = run(None, &[(var, value)], Flags::default()).unwrap_err();
             assert!(format!("{e:#}").contains(key), "{var}={value}: {e:#}");
             assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
         }
-        let e = run(None, &[("RAG_EMBED_POOLING", "max")], vec![]).unwrap_err();
+        let e = run(None, &[("RAG_EMBED_POOLING", "max")], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("embed.pooling"), "{e:#}");
-        let s = run(None, &[], vec![]).unwrap();
+        let s = run(None, &[], Flags::default()).unwrap();
         assert_eq!(s.rerank.model, PathBuf::new(), "an unset path stays empty");
-        let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], vec![]).unwrap_err();
+        let e = run(None, &[("RAG_RETRIEVAL_MODE", "fuzzy")], Flags::default()).unwrap_err();
         assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
     }
 
@@ -1141,7 +1212,7 @@ mod tests {
         std::fs::write(dir.path().join("rag.toml"), "[llm]\nn_ctx = 1024\n").unwrap();
         let sub = dir.path().join("a/b");
         std::fs::create_dir_all(&sub).unwrap();
-        let s = resolve_with(None, vec![], &Env::new(), &sub).unwrap();
+        let s = resolve_with(None, &Flags::default(), &Env::new(), &sub).unwrap();
         assert_eq!(s.llm.n_ctx, 1024);
         assert_eq!(s.root, dir.path());
         assert_eq!(s.index.dir, dir.path().join(".rag"));
@@ -1151,7 +1222,7 @@ mod tests {
         );
         // A path given in the environment stays relative to the current folder.
         let env: Env = [("RAG_INDEX_DIR".to_string(), "idx".to_string())].into();
-        let s = resolve_with(None, vec![], &env, &sub).unwrap();
+        let s = resolve_with(None, &Flags::default(), &env, &sub).unwrap();
         assert_eq!(s.index.dir, sub.join("idx"));
     }
 
@@ -1160,7 +1231,13 @@ mod tests {
         let s = run(
             Some("[llm]\nn_ctx = 1024\ntop_p = 0.5\n"),
             &[("RAG_LLM_TOP_P", "0.7")],
-            vec![("llm.seed", Value::Integer(7))],
+            Flags {
+                llm: LlmFlags {
+                    seed: Some(7),
+                    ..LlmFlags::default()
+                },
+                ..Flags::default()
+            },
         )
         .unwrap();
         assert_eq!(s.sources["llm.max_tokens"], Source::Default);
@@ -1173,20 +1250,20 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_variables_name_the_nearest_valid_one() {
-        let e = run(Some("[llm]\nmax_token = 9\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("[llm]\nmax_token = 9\n"), &[], Flags::default()).unwrap_err();
         let msg = format!("{e:#}");
         assert!(
             msg.contains("unknown key llm.max_token; did you mean llm.max_tokens?"),
             "{msg}"
         );
-        let e = run(Some("[retreival]\ntop_k = 9\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("[retreival]\ntop_k = 9\n"), &[], Flags::default()).unwrap_err();
         assert!(
             format!("{e:#}").contains("did you mean retrieval.top_k?"),
             "{e:#}"
         );
-        let e = run(Some("top_k = 9\n"), &[], vec![]).unwrap_err();
+        let e = run(Some("top_k = 9\n"), &[], Flags::default()).unwrap_err();
         assert!(format!("{e:#}").contains("not a [section]"), "{e:#}");
-        let e = run(None, &[("RAG_LLM_MAX_TOKEN", "9")], vec![]).unwrap_err();
+        let e = run(None, &[("RAG_LLM_MAX_TOKEN", "9")], Flags::default()).unwrap_err();
         let msg = format!("{e:#}");
         assert!(
             msg.contains(
@@ -1197,7 +1274,7 @@ mod tests {
         assert_eq!(crate::exit::exit_code_of(&e), crate::exit::Exit::Usage);
         for ok in OTHER_VARS {
             assert!(
-                run(None, &[(ok, "1")], vec![]).is_ok() || *ok == "RAG_CONFIG",
+                run(None, &[(ok, "1")], Flags::default()).is_ok() || *ok == "RAG_CONFIG",
                 "{ok}"
             );
         }
