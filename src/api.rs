@@ -31,19 +31,21 @@ pub fn query(base: &Query, args: &Value, key: &str, extra: &[&str]) -> Result<Qu
         .filter(|t| !t.trim().is_empty())
         .ok_or(format!("{key} is required (a non-empty string)"))?
         .to_string();
-    if let Some(k) = obj.get("top_k") {
+    // An optional field sent as null is not given (clients fill unset options with null).
+    let given = |k: &str| obj.get(k).filter(|v| !v.is_null());
+    if let Some(k) = given("top_k") {
         q.top_k = k
             .as_u64()
             .filter(|k| (1..=100).contains(k))
             .ok_or("top_k must be an integer from 1 to 100")? as usize;
     }
-    if let Some(m) = obj.get("mode") {
+    if let Some(m) = given("mode") {
         q.mode = Some(
             serde_json::from_value::<Mode>(m.clone())
                 .map_err(|_| "mode must be hybrid, vector or text")?,
         );
     }
-    if let Some(p) = obj.get("path") {
+    if let Some(p) = given("path") {
         q.filter = retrieve::filter(Some(p.as_str().ok_or("path must be a glob string")?), None);
     }
     Ok(q)
@@ -86,5 +88,8 @@ mod tests {
         assert!(query(&base, &json!({"query": "x", "top_k": 0}), "query", &[]).is_err());
         assert!(query(&base, &json!({"query": "x", "mode": "fuzzy"}), "query", &[]).is_err());
         assert!(query(&base, &json!(["x"]), "query", &[]).is_err());
+        let unset = json!({"query": "x", "top_k": null, "mode": null, "path": null});
+        let q = query(&base, &unset, "query", &[]).unwrap();
+        assert_eq!((q.top_k, q.mode), (5, None), "null is not given");
     }
 }
