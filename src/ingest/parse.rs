@@ -286,7 +286,7 @@ fn is_chrome(e: &scraper::node::Element) -> bool {
 /// `<title>`. Scripts, styles, navigation, menus, tables of contents, headers, footers and
 /// forms are dropped.
 fn html_text(html: &str) -> (String, Option<String>) {
-    use scraper::{Html, Node, Selector};
+    use scraper::{Html, Selector};
     let doc = Html::parse_document(html);
     let title = Selector::parse("title").ok().and_then(|sel| {
         doc.select(&sel)
@@ -296,82 +296,74 @@ fn html_text(html: &str) -> (String, Option<String>) {
             .filter(|t| !t.is_empty())
     });
     let mut out = String::new();
-    fn walk(node: ego_tree::NodeRef<'_, Node>, out: &mut String) {
-        for child in node.children() {
-            match child.value() {
-                Node::Text(t) => {
-                    let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
-                    if !t.is_empty() {
-                        if !out.is_empty() && !out.ends_with(['\n', ' ']) {
-                            out.push(' ');
-                        }
-                        out.push_str(&t);
-                    }
-                }
-                Node::Element(e) => {
-                    let name = e.name();
-                    if matches!(
-                        name,
-                        "script"
-                            | "style"
-                            | "nav"
-                            | "header"
-                            | "footer"
-                            | "noscript"
-                            | "template"
-                            | "form"
-                            | "svg"
-                            | "head"
-                    ) || is_chrome(e)
-                    {
-                        continue;
-                    }
-                    let heading = match name {
-                        "h1" => 1,
-                        "h2" => 2,
-                        "h3" => 3,
-                        "h4" => 4,
-                        "h5" => 5,
-                        "h6" => 6,
-                        _ => 0,
-                    };
-                    let block = heading > 0
-                        || matches!(
-                            name,
-                            "p" | "div"
-                                | "li"
-                                | "br"
-                                | "tr"
-                                | "pre"
-                                | "section"
-                                | "article"
-                                | "blockquote"
-                                | "table"
-                                | "ul"
-                                | "ol"
-                                | "dt"
-                                | "dd"
-                                | "main"
-                        );
-                    if block && !out.is_empty() && !out.ends_with('\n') {
-                        out.push('\n');
-                    }
-                    if heading > 0 {
-                        out.push('\n');
-                        out.push_str(&"#".repeat(heading));
+    html_blocks(doc.tree.root(), &mut out);
+    (out, title)
+}
+
+/// Elements whose text is not the page's content.
+const HTML_DROPPED: &[&str] = &[
+    "script", "style", "nav", "header", "footer", "noscript", "template", "form", "svg", "head",
+];
+
+/// Elements that start a line of their own.
+const HTML_BLOCKS: &[&str] = &[
+    "p",
+    "div",
+    "li",
+    "br",
+    "tr",
+    "pre",
+    "section",
+    "article",
+    "blockquote",
+    "table",
+    "ul",
+    "ol",
+    "dt",
+    "dd",
+    "main",
+];
+
+/// Appends the visible text under `node` to `out`, a line per block.
+fn html_blocks(node: ego_tree::NodeRef<'_, scraper::Node>, out: &mut String) {
+    use scraper::Node;
+    for child in node.children() {
+        match child.value() {
+            Node::Text(t) => {
+                let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
+                if !t.is_empty() {
+                    if !out.is_empty() && !out.ends_with(['\n', ' ']) {
                         out.push(' ');
                     }
-                    walk(child, out);
-                    if block && !out.ends_with('\n') {
-                        out.push('\n');
-                    }
+                    out.push_str(&t);
                 }
-                _ => {}
             }
+            Node::Element(e) => {
+                let name = e.name();
+                if HTML_DROPPED.contains(&name) || is_chrome(e) {
+                    continue;
+                }
+                let heading = match name.as_bytes() {
+                    [b'h', d @ b'1'..=b'6'] => usize::from(d - b'0'),
+                    _ => 0,
+                };
+                let block = heading > 0 || HTML_BLOCKS.contains(&name);
+                if block && !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                if heading > 0 {
+                    out.push('\n');
+                    out.push_str(&"#".repeat(heading));
+                    out.push(' ');
+                }
+                html_blocks(child, out);
+                if block && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            _ => {}
         }
     }
-    walk(doc.tree.root(), &mut out);
-    (out, title)
 }
 
 /// PDF text with pdf-extract (pure Rust). It is known to panic on some malformed files; a

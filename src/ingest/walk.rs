@@ -138,65 +138,84 @@ pub fn walk(root: &Path, inputs: &[PathBuf], max_bytes: u64, filter: &Filter) ->
                     continue;
                 }
             };
-            let Some(ft) = entry.file_type() else {
-                continue;
+            let take = Take {
+                root,
+                max_bytes,
+                filter,
+                explicit_file,
             };
-            if !ft.is_file() {
-                if ft.is_symlink() {
-                    out.skipped.push((
-                        relative(root, entry.path()),
-                        "symbolic link (not followed)".into(),
-                    ));
-                }
-                continue;
+            if let Some(f) = take.entry(&entry, &mut out) {
+                found.insert(f.rel.clone(), f);
             }
-            let rel = relative(root, entry.path());
-            if !filter.takes(&rel) {
-                continue;
-            }
-            if Format::of(&rel).is_none() {
-                if explicit_file {
-                    out.skipped.push((rel, "unsupported file type".into()));
-                }
-                continue;
-            }
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(e) => {
-                    out.unreadable.push(rel.clone());
-                    out.failed.push((rel, format!("unreadable: {e}")));
-                    continue;
-                }
-            };
-            if meta.len() > max_bytes {
-                out.skipped.push((
-                    rel,
-                    format!(
-                        "{} bytes is over chunk.max_file_bytes = {max_bytes}",
-                        meta.len()
-                    ),
-                ));
-                continue;
-            }
-            let mtime_ns = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_nanos() as i64)
-                .unwrap_or(0);
-            found.insert(
-                rel.clone(),
-                SourceFile {
-                    abs: entry.path().to_path_buf(),
-                    rel,
-                    size: meta.len(),
-                    mtime_ns,
-                },
-            );
         }
     }
     out.files = found.into_values().collect();
     Ok(out)
+}
+
+/// What decides whether one walked entry is a file to ingest.
+struct Take<'a> {
+    root: &'a Path,
+    max_bytes: u64,
+    filter: &'a Filter,
+    /// The entry was named on the command line: an unsupported type is reported, not
+    /// passed over in silence.
+    explicit_file: bool,
+}
+
+impl Take<'_> {
+    /// The file to ingest, or `None` (recording in `out` why, where a user would ask).
+    fn entry(&self, entry: &ignore::DirEntry, out: &mut Walked) -> Option<SourceFile> {
+        let ft = entry.file_type()?;
+        if !ft.is_file() {
+            if ft.is_symlink() {
+                out.skipped.push((
+                    relative(self.root, entry.path()),
+                    "symbolic link (not followed)".into(),
+                ));
+            }
+            return None;
+        }
+        let rel = relative(self.root, entry.path());
+        if !self.filter.takes(&rel) {
+            return None;
+        }
+        if Format::of(&rel).is_none() {
+            if self.explicit_file {
+                out.skipped.push((rel, "unsupported file type".into()));
+            }
+            return None;
+        }
+        let meta = match entry.metadata() {
+            Ok(m) => m,
+            Err(e) => {
+                out.unreadable.push(rel.clone());
+                out.failed.push((rel, format!("unreadable: {e}")));
+                return None;
+            }
+        };
+        if meta.len() > self.max_bytes {
+            let why = format!(
+                "{} bytes is over chunk.max_file_bytes = {}",
+                meta.len(),
+                self.max_bytes
+            );
+            out.skipped.push((rel, why));
+            return None;
+        }
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0);
+        Some(SourceFile {
+            abs: entry.path().to_path_buf(),
+            rel,
+            size: meta.len(),
+            mtime_ns,
+        })
+    }
 }
 
 /// Reads a file found by the walk, as the walk saw it: a regular file (not a symlink put in

@@ -50,6 +50,21 @@ struct Slot<'a> {
     on_piece: Box<dyn FnMut(&str) -> bool + 'a>,
 }
 
+impl Slot<'_> {
+    /// The answer is over: flush its last bytes and report what it did.
+    fn finish(mut self, stop: StopReason) -> Done {
+        self.out.stop = stop;
+        if let Some(tail) = self.utf8.finish() {
+            (self.on_piece)(&tail);
+        }
+        self.out.ms = self.started.elapsed().as_secs_f64() * 1e3;
+        Done {
+            prefill: self.prefill,
+            decode: self.out,
+        }
+    }
+}
+
 impl Llm {
     /// Generates an answer for every job, up to `parallel` at a time in one context of
     /// `parallel` sequences of `p.n_ctx` tokens each; results in the jobs' order.
@@ -62,22 +77,7 @@ impl Llm {
     ) -> Result<Vec<Done>> {
         let n = jobs.len();
         let n_seq = parallel.clamp(1, n.max(1));
-        let per_seq = if p.n_ctx == 0 {
-            self.model.n_ctx_train()
-        } else {
-            p.n_ctx
-        };
-        let n_batch = (p.n_batch as usize).max(n_seq);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(per_seq * n_seq as u32))
-            .with_n_seq_max(n_seq as u32)
-            .with_n_batch(n_batch as u32)
-            .with_n_ubatch(n_batch as u32)
-            .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
-            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
-        let mut ctx = self.model.new_context(backend()?, params).map_err(|e| {
-            anyhow!("creating a llama.cpp context of {n_seq} sequences of {per_seq} tokens: {e}; lower llm.parallel or llm.n_ctx")
-        })?;
+        let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq)?;
         let mut pending: VecDeque<(usize, Job)> = jobs.into_iter().enumerate().collect();
         let mut results: Vec<Option<Done>> = vec![None; n];
         let mut free: Vec<i32> = (0..n_seq as i32).rev().collect();
@@ -102,17 +102,10 @@ impl Llm {
             for (mut slot, token) in running.drain(..) {
                 match advance(&mut slot, token, s, self, per_seq) {
                     Some(stop) => {
-                        slot.out.stop = stop;
-                        if let Some(tail) = slot.utf8.finish() {
-                            (slot.on_piece)(&tail);
-                        }
-                        slot.out.ms = slot.started.elapsed().as_secs_f64() * 1e3;
-                        results[slot.job] = Some(Done {
-                            prefill: slot.prefill.clone(),
-                            decode: slot.out.clone(),
-                        });
                         free.push(slot.seq);
                         let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                        let job = slot.job;
+                        results[job] = Some(slot.finish(stop));
                     }
                     None => {
                         batch.add(token, slot.pos as i32, &[slot.seq], true)?;
@@ -131,6 +124,32 @@ impl Llm {
             }
         }
         Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// One context of `n_seq` sequences of `p.n_ctx` tokens each; with the tokens per
+    /// sequence and per decode call.
+    fn batch_context(
+        &self,
+        p: &ContextParams,
+        n_seq: usize,
+    ) -> Result<(LlamaContext<'_>, u32, usize)> {
+        let per_seq = if p.n_ctx == 0 {
+            self.model.n_ctx_train()
+        } else {
+            p.n_ctx
+        };
+        let n_batch = (p.n_batch as usize).max(n_seq);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(per_seq * n_seq as u32))
+            .with_n_seq_max(n_seq as u32)
+            .with_n_batch(n_batch as u32)
+            .with_n_ubatch(n_batch as u32)
+            .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
+            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
+        let ctx = self.model.new_context(backend()?, params).map_err(|e| {
+            anyhow!("creating a llama.cpp context of {n_seq} sequences of {per_seq} tokens: {e}; lower llm.parallel or llm.n_ctx")
+        })?;
+        Ok((ctx, per_seq, n_batch))
     }
 
     /// Prefills `job`'s prompt into sequence `seq`, in `n_batch` slices.

@@ -119,20 +119,37 @@ pub fn chat_completions(req: Request, st: &State, body: &Value) -> u16 {
         text: followup_query(&earlier, &question),
         ..st.base.clone()
     };
-    let id = format!(
-        "chatcmpl-{}",
-        blake3::hash(format!("{question}{:?}", SystemTime::now()).as_bytes())
-            .to_hex()
-            .get(..24)
-            .unwrap_or_default()
-    );
-    let created = now();
-    if !stream {
-        return match generate(st, &q, &question, &mut |_| Ok(())) {
+    let c = Completion {
+        id: format!(
+            "chatcmpl-{}",
+            blake3::hash(format!("{question}{:?}", SystemTime::now()).as_bytes())
+                .to_hex()
+                .get(..24)
+                .unwrap_or_default()
+        ),
+        created: now(),
+    };
+    if stream {
+        c.stream(req, st, &q, &question)
+    } else {
+        c.whole(req, st, &q, &question)
+    }
+}
+
+/// One chat completion's identity, shared by all its chunks.
+struct Completion {
+    id: String,
+    created: u64,
+}
+
+impl Completion {
+    /// The answer in one `chat.completion` object.
+    fn whole(&self, req: Request, st: &State, q: &Query, question: &str) -> u16 {
+        match generate(st, q, question, &mut |_| Ok(())) {
             Outcome::Answered(a) => {
                 let content = format!("{}\n{}", a.answer, trailer(&a));
                 let body = json!({
-                    "id": id, "object": "chat.completion", "created": created, "model": model_name(&a),
+                    "id": self.id, "object": "chat.completion", "created": self.created, "model": model_name(&a),
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason(&a)}],
                     "usage": usage(&a),
                     "rag": crate::printer::json_value(&a),
@@ -141,54 +158,54 @@ pub fn chat_completions(req: Request, st: &State, body: &Value) -> u16 {
             }
             Outcome::Busy(b) => busy(req, &b),
             Outcome::Failed(e) => http::error(req, 500, &format!("{e:#}"), &[]),
-        };
+        }
     }
-    let model = std::path::Path::new(&st.engine.settings().llm.model)
-        .file_name()
-        .map_or("rag".into(), |f| f.to_string_lossy().into_owned());
-    let chunk = |model: &str, delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+
+    fn chunk(&self, model: &str, delta: Value, finish: Value) -> Value {
+        json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": model,
                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let mut sse = http::Sse::new(req);
-    let outcome = generate(st, &q, &question, &mut |e| match e {
-        Event::Retrieved { .. } => sse.data(
-            &chunk(
-                &model,
-                json!({"role": "assistant", "content": ""}),
-                Value::Null,
-            )
-            .to_string(),
-        ),
-        Event::Piece(p) => sse.data(&chunk(&model, json!({"content": p}), Value::Null).to_string()),
-        Event::Dropped(_) => Ok(()),
-    });
-    let streamed = !matches!(sse, http::Sse::Pending(_));
-    finish_stream(sse, outcome, |a| {
-        let model = model_name(a);
-        let mut lines = Vec::new();
-        if !streamed {
-            // An abstention streams nothing before it is done.
-            lines.push(
-                chunk(
-                    &model,
-                    json!({"role": "assistant", "content": a.answer}),
-                    Value::Null,
-                )
-                .to_string(),
-            );
-        }
-        let tail = trailer(a);
-        if !tail.is_empty() {
-            lines.push(chunk(&model, json!({"content": tail}), Value::Null).to_string());
-        }
-        let mut last = chunk(&model, json!({}), json!(finish_reason(a)));
-        last["usage"] = usage(a);
-        last["rag"] = crate::printer::json_value(a);
-        lines.push(last.to_string());
-        lines.push("[DONE]".into());
-        lines
-    })
+    }
+
+    /// The answer as `chat.completion.chunk` server-sent events, as it is generated.
+    fn stream(&self, req: Request, st: &State, q: &Query, question: &str) -> u16 {
+        let model = std::path::Path::new(&st.engine.settings().llm.model)
+            .file_name()
+            .map_or("rag".into(), |f| f.to_string_lossy().into_owned());
+        let mut sse = http::Sse::new(req);
+        let outcome = generate(st, q, question, &mut |e| match e {
+            Event::Retrieved { .. } => {
+                let first = json!({"role": "assistant", "content": ""});
+                sse.data(&self.chunk(&model, first, Value::Null).to_string())
+            }
+            Event::Piece(p) => sse.data(
+                &self
+                    .chunk(&model, json!({"content": p}), Value::Null)
+                    .to_string(),
+            ),
+            Event::Dropped(_) => Ok(()),
+        });
+        let streamed = !matches!(sse, http::Sse::Pending(_));
+        finish_stream(sse, outcome, |a| {
+            let model = model_name(a);
+            let mut lines = Vec::new();
+            if !streamed {
+                // An abstention streams nothing before it is done.
+                let all = json!({"role": "assistant", "content": a.answer});
+                lines.push(self.chunk(&model, all, Value::Null).to_string());
+            }
+            let tail = trailer(a);
+            if !tail.is_empty() {
+                let tail = self.chunk(&model, json!({"content": tail}), Value::Null);
+                lines.push(tail.to_string());
+            }
+            let mut last = self.chunk(&model, json!({}), json!(finish_reason(a)));
+            last["usage"] = usage(a);
+            last["rag"] = crate::printer::json_value(a);
+            lines.push(last.to_string());
+            lines.push("[DONE]".into());
+            lines
+        })
+    }
 }
 
 #[cfg(test)]
