@@ -35,20 +35,20 @@ impl fmt::Display for ExitError {
 impl std::error::Error for ExitError {}
 
 impl ExitError {
-    fn new(exit: Exit, message: String) -> anyhow::Error {
+    fn with(exit: Exit, message: String) -> anyhow::Error {
         anyhow::Error::new(ExitError { exit, message })
     }
     pub fn usage(message: String) -> anyhow::Error {
-        ExitError::new(Exit::Usage, message)
+        ExitError::with(Exit::Usage, message)
     }
     pub fn no_index(message: String) -> anyhow::Error {
-        ExitError::new(Exit::NoIndex, message)
+        ExitError::with(Exit::NoIndex, message)
     }
     pub fn incompatible(message: String) -> anyhow::Error {
-        ExitError::new(Exit::IncompatibleIndex, message)
+        ExitError::with(Exit::IncompatibleIndex, message)
     }
     pub fn model(message: String) -> anyhow::Error {
-        ExitError::new(Exit::Model, message)
+        ExitError::with(Exit::Model, message)
     }
 }
 

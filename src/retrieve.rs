@@ -450,7 +450,12 @@ mod tests {
             text_weight: 2.0,
             ..F
         };
-        assert_eq!(fuse(&[a.clone()], &[c.clone()], f)[0].hit.id, "c");
+        assert_eq!(
+            fuse(std::slice::from_ref(&a), std::slice::from_ref(&c), f)[0]
+                .hit
+                .id,
+            "c"
+        );
     }
 
     #[test]

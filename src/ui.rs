@@ -212,6 +212,18 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// The last word of a failed command: the whole error chain on one line.
+pub fn error(err: &anyhow::Error) {
+    err_tagged("rag: error:", "1;31", &format!("{err:#}"));
+    if crate::exit::is_disk_full(err) {
+        err_line(
+            "rag: the disk is full (or a file size or quota limit was reached): free space on the \
+             disk that holds the index and run the command again; the index keeps its last \
+             complete version, and an ingest goes on where this one stopped",
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -224,18 +236,6 @@ mod tests {
         assert_eq!(
             super::printable("\r\u{7f}\u{9b}x"),
             "\u{240d}\u{2421}\u{fffd}x"
-        );
-    }
-}
-
-/// The last word of a failed command: the whole error chain on one line.
-pub fn error(err: &anyhow::Error) {
-    err_tagged("rag: error:", "1;31", &format!("{err:#}"));
-    if crate::exit::is_disk_full(err) {
-        err_line(
-            "rag: the disk is full (or a file size or quota limit was reached): free space on the \
-             disk that holds the index and run the command again; the index keeps its last \
-             complete version, and an ingest goes on where this one stopped",
         );
     }
 }

@@ -158,6 +158,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The question's vector and the texts' vectors.
+type Embedded = (Vec<f32>, Vec<Vec<f32>>);
+
 impl Retriever {
     pub fn open(settings: &Settings, mode: Mode) -> Result<Retriever> {
         let loc = Location::of(&settings.index)?;
@@ -237,11 +240,7 @@ impl Retriever {
 
     /// The question's vector and those of the passages `texts`, or `None` when no embedder
     /// is loaded (text-only retrieval).
-    pub fn embed(
-        &self,
-        question: &str,
-        texts: &[String],
-    ) -> Result<Option<(Vec<f32>, Vec<Vec<f32>>)>> {
+    pub fn embed(&self, question: &str, texts: &[String]) -> Result<Option<Embedded>> {
         match &self.embedder {
             Some(e) => {
                 let mut e = lock(e);

@@ -676,15 +676,14 @@ impl Writer<'_> {
 
     /// Commits the pending files and adds what it did to the report.
     fn flush(&mut self, pending: &mut Vec<Pending>, old_chunks: &HashMap<&str, u32>) -> Result<()> {
-        let (written, deleted, tokens, ms, (pad_sorted, pad_unsorted)) =
-            commit(self.store, self.embedder, pending, old_chunks)?;
+        let c = commit(self.store, self.embedder, pending, old_chunks)?;
         let r = &mut *self.report;
-        r.embed_tokens += tokens;
-        r.embed_padding_tokens += pad_sorted;
-        r.embed_padding_tokens_unsorted += pad_unsorted;
-        r.chunks_written += written;
-        r.chunks_deleted += deleted;
-        r.embed_ms += ms;
+        r.embed_tokens += c.tokens;
+        r.embed_padding_tokens += c.padding.0;
+        r.embed_padding_tokens_unsorted += c.padding.1;
+        r.chunks_written += c.written;
+        r.chunks_deleted += c.replaced;
+        r.embed_ms += c.embed_ms;
         Ok(())
     }
 }
@@ -754,14 +753,27 @@ fn file_state(t: &Todo, hash: String, chunks: usize) -> FileState {
     }
 }
 
-/// Embeds what needs it and writes the pending files; returns (chunks written, chunks
-/// replaced, embedder tokens, milliseconds spent embedding).
+/// What one commit of pending files did.
+struct Committed {
+    /// Chunks written.
+    written: usize,
+    /// Chunks replaced.
+    replaced: u64,
+    /// Embedder tokens.
+    tokens: usize,
+    /// Milliseconds spent embedding.
+    embed_ms: u64,
+    /// Pad tokens in length-sorted batches, and in file order.
+    padding: (usize, usize),
+}
+
+/// Embeds what needs it and writes the pending files.
 fn commit(
     store: &Store,
     embedder: &mut Embedder,
     pending: &mut Vec<Pending>,
     old_chunks: &HashMap<&str, u32>,
-) -> Result<(usize, u64, usize, u64, (usize, usize))> {
+) -> Result<Committed> {
     let texts: Vec<String> = pending
         .iter()
         .filter(|p| p.vectors.is_none())
@@ -810,7 +822,13 @@ fn commit(
         .sum();
     let written = rows.len();
     pending.clear();
-    Ok((written, replaced, tokens, embed_ms, padding))
+    Ok(Committed {
+        written,
+        replaced,
+        tokens,
+        embed_ms,
+        padding,
+    })
 }
 
 /// The chunk settings an index records: other values make its chunks incomparable.

@@ -165,7 +165,7 @@ mod tests {
         }
         std::fs::write(dir.path().join(".gitignore"), "build/\n").unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
-        let got = folders(&[root.clone()], &root.join("index"));
+        let got = folders(std::slice::from_ref(&root), &root.join("index"));
         assert_eq!(
             got,
             vec![root.clone(), root.join("docs"), root.join("docs/a")]

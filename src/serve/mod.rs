@@ -268,7 +268,8 @@ fn stream_flag(body: &Value) -> Result<bool, String> {
 
 /// How a generated answer went, for the response and the metrics.
 enum Outcome {
-    Answered(Answer),
+    /// Boxed: an answer is large beside the other outcomes.
+    Answered(Box<Answer>),
     Busy(Busy),
     Failed(anyhow::Error),
 }
@@ -295,7 +296,7 @@ fn generate(
             if !a.abstained {
                 st.metrics.answer(&a.timings, waited);
             }
-            Outcome::Answered(a)
+            Outcome::Answered(Box::new(a))
         }
         Err(e) => match e.downcast::<Busy>() {
             Ok(b) => {

@@ -176,7 +176,9 @@ fn repeated_ask_reuses_the_prompt_cache_and_prints_the_same_bytes() {
             .find(|p| p.extension().is_some_and(|x| x == ext))
             .unwrap()
     };
-    let damages: [(&str, fn(&std::path::Path, &std::path::Path)); 4] = [
+    // (what is damaged, how: given the state file and its metadata file)
+    type Damage = (&'static str, fn(&std::path::Path, &std::path::Path));
+    let damages: [Damage; 4] = [
         ("garbage", |state, _| {
             std::fs::write(state, b"not a llama.cpp state").unwrap()
         }),

@@ -210,10 +210,7 @@ fn tools(replies: &[Value]) {
         ask["content"][0]["text"].as_str().unwrap().contains("42"),
         "{ask}"
     );
-    assert_eq!(
-        ask["structuredContent"]["sources"][0]["path"].is_string(),
-        true
-    );
+    assert!(ask["structuredContent"]["sources"][0]["path"].is_string());
 }
 
 /// The indexed files as resources, and the PDF read as the text rag indexed.

@@ -222,7 +222,10 @@ fn two_machines_ingesting_at_once_never_duplicate_a_file() {
         cb.wait_with_output().unwrap(),
     );
     let codes = (oa.status.code(), ob.status.code());
-    eprintln!("exit codes of the two ingests: {codes:?}");
+    #[allow(clippy::print_stderr)] // for a reader of a failed run
+    {
+        eprintln!("exit codes of the two ingests: {codes:?}");
+    }
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
         matches!(
