@@ -263,11 +263,9 @@ pub struct RetrievalArgs {
 impl RetrievalArgs {
     /// The settings these flags set (the path glob and SQL filter are per query, not settings).
     pub fn apply(&self, r: &mut crate::config::RetrievalFlags) {
-        r.top_k = self.top_k.or(r.top_k);
-        r.mode = self.mode.or(r.mode);
-        if self.exact {
-            r.exact = Some(true);
-        }
+        r.top_k = self.top_k;
+        r.mode = self.mode;
+        r.exact = self.exact.then_some(true);
     }
 }
 
@@ -376,14 +374,14 @@ impl GenArgs {
         if let Some(m) = &self.model {
             m.apply(llm);
         }
-        llm.max_tokens = self.max_tokens.or(llm.max_tokens);
-        llm.seed = self.seed.or(llm.seed);
-        llm.n_ctx = self.n_ctx.or(llm.n_ctx);
+        llm.max_tokens = self.max_tokens;
+        llm.seed = self.seed;
+        llm.n_ctx = self.n_ctx;
         // One flag for both: prefill and decode threads differ only when tuned in rag.toml.
-        llm.threads = self.threads.or(llm.threads);
-        llm.threads_batch = self.threads.or(llm.threads_batch);
-        llm.temperature = self.temperature.or(llm.temperature);
-        llm.top_p = self.top_p.or(llm.top_p);
+        llm.threads = self.threads;
+        llm.threads_batch = self.threads;
+        llm.temperature = self.temperature;
+        llm.top_p = self.top_p;
     }
 }
 

@@ -17,16 +17,21 @@ struct Entry {
     sha256: String,
 }
 
+/// A file's modification time in nanoseconds since the epoch (0 where the system has none),
+/// as the memo and the index's file states record it.
+pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
 /// The file's SHA-256 in hex. `memo` is the JSON file that remembers earlier results; it is
 /// rewritten atomically, and a damaged one is ignored.
 pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
     let meta = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
-    let mtime_ns = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
+    let mtime_ns = mtime_ns(&meta);
     let key = std::path::absolute(file)
         .unwrap_or_else(|_| file.to_path_buf())
         .to_string_lossy()

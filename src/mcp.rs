@@ -48,15 +48,8 @@ use crate::ui::Ui;
 struct SearchArgs {
     /// What to look for, in words the documents might use
     query: String,
-    /// Passages to retrieve (default: retrieval.top_k)
-    #[schemars(range(min = 1, max = 100))]
-    top_k: Option<u32>,
-    /// Retriever (default: retrieval.mode)
-    #[serde(default)]
-    #[schemars(schema_with = "mode_schema")]
-    mode: Option<Mode>,
-    /// Only files matching this glob, e.g. docs/**/*.md
-    path: Option<String>,
+    #[serde(flatten)]
+    options: Options,
 }
 
 /// The `ask` tool's arguments.
@@ -66,6 +59,15 @@ struct SearchArgs {
 struct AskArgs {
     /// The question
     question: String,
+    #[serde(flatten)]
+    options: Options,
+}
+
+/// The retrieval options both tools take.
+#[allow(dead_code)]
+#[derive(rmcp::schemars::JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+struct Options {
     /// Passages to retrieve (default: retrieval.top_k)
     #[schemars(range(min = 1, max = 100))]
     top_k: Option<u32>,

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::{Mode, Route};
 
-/// Every setting a flag can set; `None` leaves the lower layers in force.
+/// Every setting a flag can set; `None` leaves the lower layers in force (TOML has no null:
+/// serialising leaves a `None` field out of the layer).
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Flags {
     pub index: IndexFlags,
@@ -22,51 +23,36 @@ pub struct Flags {
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct IndexFlags {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct EmbedFlags {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<usize>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct RetrievalFlags {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub exact: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct LlmFlags {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<Route>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub n_ctx: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub threads_batch: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f32>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ServeFlags {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub addr: Option<String>,
 }
 

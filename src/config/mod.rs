@@ -1075,16 +1075,17 @@ mod tests {
         let s = run(
             Some(file),
             &[("RAG_LLM_N_CTX", "512")],
-            Flags {
-                llm: LlmFlags {
-                    n_ctx: Some(256),
-                    ..LlmFlags::default()
-                },
-                ..Flags::default()
-            },
+            llm_flags(|l| l.n_ctx = Some(256)),
         )
         .unwrap();
         assert_eq!(s.llm.n_ctx, 256);
+    }
+
+    /// A flag layer with only `llm` flags, set by `f`.
+    fn llm_flags(f: impl FnOnce(&mut LlmFlags)) -> Flags {
+        let mut flags = Flags::default();
+        f(&mut flags.llm);
+        flags
     }
 
     /// Every field of the flag layer is a settings key of the same type, and wins.
@@ -1231,13 +1232,7 @@ mod tests {
         let s = run(
             Some("[llm]\nn_ctx = 1024\ntop_p = 0.5\n"),
             &[("RAG_LLM_TOP_P", "0.7")],
-            Flags {
-                llm: LlmFlags {
-                    seed: Some(7),
-                    ..LlmFlags::default()
-                },
-                ..Flags::default()
-            },
+            llm_flags(|l| l.seed = Some(7)),
         )
         .unwrap();
         assert_eq!(s.sources["llm.max_tokens"], Source::Default);

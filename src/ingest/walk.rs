@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use anyhow::Result;
 
@@ -203,17 +202,11 @@ impl Take<'_> {
             out.skipped.push((rel, why));
             return None;
         }
-        let mtime_ns = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos() as i64)
-            .unwrap_or(0);
         Some(SourceFile {
             abs: entry.path().to_path_buf(),
             rel,
             size: meta.len(),
-            mtime_ns,
+            mtime_ns: crate::hashcache::mtime_ns(&meta),
         })
     }
 }
