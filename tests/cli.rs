@@ -30,3 +30,5 @@ mod retrieval;
 mod safety;
 #[path = "cli/serve.rs"]
 mod serve;
+#[path = "cli/setup.rs"]
+mod setup;
