@@ -19,6 +19,8 @@
 #              server: scripts/bench_s3.sh.
 #   ann      : (only when asked, BENCH=ann) the ANN index against exact search on 100k and
 #              1M synthetic vectors: scripts/bench_ann.sh.
+#   speculate: (only when asked, BENCH=speculate) speculative decoding off / lookup / draft on
+#              the large generator over dev questions: scripts/bench_speculate.sh.
 #
 # BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
@@ -32,6 +34,7 @@ what=${BENCH:-all}
 [ "$what" = remote ] && exec "$root/scripts/bench_remote.sh"
 [ "$what" = s3 ] && exec "$root/scripts/bench_s3.sh"
 [ "$what" = ann ] && exec "$root/scripts/bench_ann.sh"
+[ "$what" = speculate ] && exec "$root/scripts/bench_speculate.sh"
 mkdir -p "$bench"
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }

@@ -6,7 +6,8 @@
 #
 #   make eval                       retrieval only (about a minute after the first ingest)
 #   ANSWERS=1 make eval             also generate and score every answer (small model)
-#   ANSWERS=1 MODEL=large make eval the same with the large generator (scripts/setup.sh --large)
+#   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=medium: the 0.5B;
+#                                   both from scripts/setup.sh --large)
 #   EVAL_ARGS="--min hit@5=0.9" make eval   extra flags for rag eval
 set -euo pipefail
 

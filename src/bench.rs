@@ -52,7 +52,7 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
         let prefill = n_prompt as f64 / start.elapsed().as_secs_f64();
         let mut s = llm.session(&params)?;
         s.prefill(&prompt[..1])?;
-        let d = s.generate(&sampling, |_| true)?;
+        let d = s.generate(&sampling, None, |_| true)?;
         let decode = d.tokens as f64 * 1e3 / d.ms.max(1e-9);
         if rep > 0 {
             runs.push(Run {

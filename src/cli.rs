@@ -345,8 +345,8 @@ pub struct ServeArgs {
 /// Generation settings shared by `ask` and `chat`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// Generator: small, large, auto (routing), or a GGUF file
-    #[arg(long, value_name = "small|large|auto|FILE", value_parser = crate::config::ModelChoice::parse)]
+    /// Generator: small, medium, large, auto (routing), or a GGUF file
+    #[arg(long, value_name = "NAME|FILE", value_parser = crate::config::ModelChoice::parse)]
     pub model: Option<crate::config::ModelChoice>,
     /// Most tokens to generate
     #[arg(long, value_name = "N")]

@@ -103,15 +103,14 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
             Err(e) => check("reranker", Status::Fail, format!("{e:#}")),
         });
     }
-    for (name, backend, path, required) in [
-        ("generator (small)", s.llm.backend, &s.llm.model, true),
-        (
-            "generator (large)",
-            s.llm.large_backend,
-            &s.llm.large_model,
-            false,
-        ),
-    ] {
+    for tier in crate::config::Tier::ALL {
+        let (backend, path) = s.generator(tier);
+        let name = match tier {
+            crate::config::Tier::Small => "generator (small)",
+            crate::config::Tier::Medium => "generator (medium)",
+            crate::config::Tier::Large => "generator (large)",
+        };
+        let required = tier == crate::config::Tier::Small;
         if backend == crate::config::Backend::Openai {
             out.push(match crate::remote::Generator::open(&s.llm) {
                 Ok(g) => check(name, Status::Ok, format!("{} answers", g.name())),
@@ -120,9 +119,15 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
             continue;
         }
         if !required && !path.exists() {
+            let flag = if tier == crate::config::Tier::Medium {
+                "--medium"
+            } else {
+                "--large"
+            };
             out.push(check(name, Status::Warn, format!(
-                "{} not installed: --model large and auto routing fall back to the small model; `scripts/setup.sh --large` fetches it",
-                path.display()
+                "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it",
+                path.display(),
+                tier.name(),
             )));
             continue;
         }

@@ -208,6 +208,7 @@ pub fn evidence_and_sources(a: &Answer) -> String {
 }
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
+/// (and `· 40 of 64 drafted kept` with speculative decoding)
 pub fn stats_line(t: &Timings) -> String {
     let k = |x: f64| {
         if x >= 1000.0 {
@@ -216,8 +217,16 @@ pub fn stats_line(t: &Timings) -> String {
             format!("{x:.0}")
         }
     };
+    let drafts = if t.drafted_tokens > 0 {
+        format!(
+            " · {} of {} drafted kept",
+            t.accepted_tokens, t.drafted_tokens
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s",
+        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}",
         t.prompt_tokens,
         t.cached_tokens,
         k(t.prefill_tok_per_s),

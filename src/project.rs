@@ -23,7 +23,17 @@ const MODEL_KEYS: &[(&str, &str, &str)] = &[
     ("llm", "model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"),
     (
         "llm",
+        "medium_model",
+        "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
+    ),
+    (
+        "llm",
         "large_model",
+        "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    ),
+    (
+        "llm",
+        "draft_model",
         "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
     ),
 ];

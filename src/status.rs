@@ -92,24 +92,25 @@ pub fn collect(s: &Settings) -> Result<Status> {
         }
     }
     let l = &s.llm;
-    let generators = [
-        ("small", l.backend, &l.model),
-        ("large", l.large_backend, &l.large_model),
-    ]
-    .into_iter()
-    .map(|(role, backend, path)| match backend {
-        crate::config::Backend::Local => Generator {
-            role,
-            path: path.clone(),
-            bytes: std::fs::metadata(path).ok().map(|m| m.len()),
-        },
-        crate::config::Backend::Openai => Generator {
-            role,
-            path: l.url.clone().into(),
-            bytes: None,
-        },
-    })
-    .collect();
+    let generators = crate::config::Tier::ALL
+        .into_iter()
+        .map(|t| {
+            let (backend, path) = s.generator(t);
+            (t.name(), backend, path)
+        })
+        .map(|(role, backend, path)| match backend {
+            crate::config::Backend::Local => Generator {
+                role,
+                path: path.clone(),
+                bytes: std::fs::metadata(path).ok().map(|m| m.len()),
+            },
+            crate::config::Backend::Openai => Generator {
+                role,
+                path: l.url.clone().into(),
+                bytes: None,
+            },
+        })
+        .collect();
     let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
     Ok(Status {
         index: s.index.dir.clone(),
@@ -180,10 +181,10 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
         let size = g
             .bytes
             .map_or(if remote { "server" } else { "missing" }.into(), mib);
-        let label = if g.role == "small" {
-            "generator"
-        } else {
-            "large model"
+        let label = match g.role {
+            "small" => "generator",
+            "medium" => "medium model",
+            _ => "large model",
         };
         rows.push((label, format!("{} ({size})", g.path.display())));
     }

@@ -32,3 +32,5 @@ mod safety;
 mod serve;
 #[path = "cli/setup.rs"]
 mod setup;
+#[path = "cli/speculate.rs"]
+mod speculate;

@@ -76,6 +76,11 @@ pub struct Timings {
     pub generated_tokens: usize,
     pub decode_ms: f64,
     pub decode_tok_per_s: f64,
+    /// Speculative decoding: tokens drafted, and how many of them the generator kept.
+    #[serde(default)]
+    pub drafted_tokens: usize,
+    #[serde(default)]
+    pub accepted_tokens: usize,
     pub ttft_ms: f64,
     pub total_ms: f64,
 }
@@ -84,7 +89,7 @@ pub struct Timings {
 pub struct ModelOut {
     pub path: String,
     pub sha256: String,
-    /// `small` or `large`, and why (see `route`).
+    /// `small`, `medium` or `large`, and why (see `route`).
     #[serde(flatten)]
     pub route: route::Route,
 }

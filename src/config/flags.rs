@@ -56,7 +56,7 @@ pub struct ServeFlags {
     pub addr: Option<String>,
 }
 
-/// `--model`: a route (`small`, `large`, `auto`) or a GGUF file to answer with.
+/// `--model`: a route (`small`, `medium`, `large`, `auto`) or a GGUF file to answer with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelChoice {
     Route(Route),
@@ -68,7 +68,7 @@ impl ModelChoice {
     pub fn parse(s: &str) -> Result<Self, String> {
         use clap::ValueEnum;
         if s.is_empty() {
-            return Err("give small, large, auto or a GGUF file".into());
+            return Err("give small, medium, large, auto or a GGUF file".into());
         }
         Ok(match Route::from_str(s, false) {
             Ok(r) => ModelChoice::Route(r),

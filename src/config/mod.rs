@@ -39,25 +39,62 @@ impl Pooling {
     }
 }
 
-/// Where a generator runs: `llm.backend`, `llm.large_backend`.
+/// Where a generator runs: `llm.backend`, `llm.medium_backend`, `llm.large_backend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// In this process, through llama.cpp, on the GGUF file `llm.model` / `llm.large_model`.
+    /// In this process, through llama.cpp, on the GGUF file `llm.model` / `llm.medium_model`
+    /// / `llm.large_model`.
     Local,
     /// An OpenAI-compatible chat-completions server at `llm.url` (llama-server, vLLM,
     /// Ollama, a hosted API).
     Openai,
 }
 
-/// Which generator answers: `llm.route`, `--model small|large|auto`.
+/// Which generator answers: `llm.route`, `--model small|medium|large|auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
     Small,
+    Medium,
     Large,
-    /// The large model when retrieval is weak (see README: routing).
+    /// Chosen per question from what retrieval found (see README: routing).
     Auto,
+}
+
+/// One of the three generators: `small` (llm.model), `medium` (llm.medium_model), `large`
+/// (llm.large_model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Small,
+    Medium,
+    Large,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::Small, Tier::Medium, Tier::Large];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Small => "small",
+            Tier::Medium => "medium",
+            Tier::Large => "large",
+        }
+    }
+}
+
+/// How decoding guesses ahead: `llm.speculative`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculative {
+    /// One token per decode step.
+    Off,
+    /// Drafts copied from the prompt where its last tokens occurred before (prompt lookup):
+    /// an answer that quotes its sources gets those tokens checked several at a time.
+    Lookup,
+    /// Drafts written by `llm.draft_model` (a smaller model with the same vocabulary).
+    Draft,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -283,9 +320,11 @@ pub struct RetrievalSettings {
 pub struct LlmSettings {
     /// The default (small) GGUF generator.
     pub model: PathBuf,
-    /// An optional stronger GGUF generator for `--model large` and `auto` routing.
+    /// The medium GGUF generator (`--model medium`, `auto` routing).
+    pub medium_model: PathBuf,
+    /// The large GGUF generator (`--model large`, `auto` routing).
     pub large_model: PathBuf,
-    /// Which generator answers: small | large | auto (see README: routing).
+    /// Which generator answers: small | medium | large | auto (see README: routing).
     pub route: Route,
     /// Context window in tokens: prompt + answer. 0 = the model's training context.
     pub n_ctx: u32,
@@ -329,9 +368,18 @@ pub struct LlmSettings {
     pub parallel: usize,
     /// Where the small generator runs: local (llama.cpp in this process) or openai (a server).
     pub backend: Backend,
+    /// Where the medium generator runs.
+    pub medium_backend: Backend,
     /// Where the large generator runs, so `--model large` can go to a GPU server while
     /// small answers stay local.
     pub large_backend: Backend,
+    /// Speculative decoding for local greedy answers: off, lookup (drafts from the prompt)
+    /// or draft (drafts from `llm.draft_model`). The answer is the one plain decoding gives.
+    pub speculative: Speculative,
+    /// Most tokens drafted ahead per decode step.
+    pub draft_tokens: usize,
+    /// The draft model of `llm.speculative = "draft"`: same vocabulary, far fewer weights.
+    pub draft_model: PathBuf,
     /// Base URL of the OpenAI-compatible API (`…/v1`) for a remote backend.
     pub url: String,
     /// Name of the environment variable holding the API key sent as a bearer token; empty
@@ -468,7 +516,8 @@ impl Default for LlmSettings {
     fn default() -> Self {
         LlmSettings {
             model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-            large_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
+            medium_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
+            large_model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf".into(),
             route: Route::Small,
             n_ctx: 2048,
             n_batch: 128,
@@ -490,7 +539,11 @@ impl Default for LlmSettings {
             system_prompt: String::new(),
             parallel: 4,
             backend: Backend::Local,
+            medium_backend: Backend::Local,
             large_backend: Backend::Local,
+            speculative: Speculative::Off,
+            draft_tokens: 8,
+            draft_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
             url: "http://127.0.0.1:8080/v1".into(),
             api_key_env: String::new(),
             remote_model: String::new(),
@@ -510,7 +563,9 @@ const PATH_KEYS: &[&str] = &[
     "rerank.model",
     "rerank.tokenizer_dir",
     "llm.model",
+    "llm.medium_model",
     "llm.large_model",
+    "llm.draft_model",
     "llm.tokenizer",
 ];
 
@@ -902,7 +957,7 @@ impl Settings {
                 return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
             }
         }
-        let ints: [(&str, u64, u64, u64); 18] = [
+        let ints: [(&str, u64, u64, u64); 19] = [
             (
                 "index.ann_nprobes",
                 self.index.ann_nprobes as u64,
@@ -918,6 +973,7 @@ impl Settings {
             ("embed.retries", self.embed.retries.into(), 0, 100),
             ("llm.retries", l.retries.into(), 0, 100),
             ("llm.parallel", l.parallel as u64, 1, 256),
+            ("llm.draft_tokens", l.draft_tokens as u64, 1, 64),
             ("serve.queue", self.serve.queue as u64, 0, 100_000),
             ("serve.threads", self.serve.threads as u64, 0, 1_024),
             ("retrieval.top_k", r.top_k as u64, 1, 1_000),
@@ -979,6 +1035,16 @@ impl Settings {
             ignore_eog: false,
             text_first: self.llm.text_first,
             copy_bias: self.llm.copy_bias,
+        }
+    }
+
+    /// Where generator `t` runs and its GGUF file.
+    pub fn generator(&self, t: Tier) -> (Backend, &PathBuf) {
+        let l = &self.llm;
+        match t {
+            Tier::Small => (l.backend, &l.model),
+            Tier::Medium => (l.medium_backend, &l.medium_model),
+            Tier::Large => (l.large_backend, &l.large_model),
         }
     }
 

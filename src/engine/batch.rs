@@ -36,7 +36,7 @@ impl Answerer {
                 Err(e) => out[i] = Some(Err(e)),
             }
         }
-        for model in 0..2 {
+        for model in 0..crate::config::Tier::ALL.len() {
             let group: Vec<&Ready> = ready.iter().filter(|r| r.prep.model == model).collect();
             if group.is_empty() {
                 continue;

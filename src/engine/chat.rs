@@ -30,8 +30,7 @@ impl<'e> Chat<'e> {
     /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
     /// question, so chat uses the small model unless the large one is asked for.
     pub fn open(engine: &'e Answerer) -> Result<Chat<'e>> {
-        let large = engine.settings.llm.route == crate::config::Route::Large;
-        let model = engine.model(large)?;
+        let model = engine.model(super::fixed_tier(engine.settings.llm.route))?;
         let loaded = engine.loaded(model);
         let (params, reserve) = loaded.window(&engine.settings)?;
         let session = match loaded {
@@ -85,8 +84,10 @@ impl<'e> Chat<'e> {
             (Some(session), Loaded::Local { llm, .. }) => {
                 let tokens = llm.chat_tokens(&prep.packed.messages)?;
                 let prefill = session.prefill(&tokens)?;
+                let (params, _) = engine.loaded(self.model).window(&engine.settings)?;
+                let mut drafter = engine.drafter(llm, &params, ui);
                 let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
-                    Ok((prefill, session.generate(s, piece)?))
+                    Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
                 };
                 engine.stream_checked(question, &prep, sources, timings, started, on, generate)?
             }
@@ -132,12 +133,7 @@ impl<'e> Chat<'e> {
         let s = &self.engine.settings.llm;
         Ok(Prepared {
             route: route::Route {
-                model: if s.route == crate::config::Route::Large {
-                    "large"
-                } else {
-                    "small"
-                }
-                .into(),
+                model: super::fixed_tier(s.route),
                 reason: "chat keeps one generator for every turn".into(),
             },
             model: self.model,

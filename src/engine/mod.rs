@@ -6,6 +6,7 @@
 
 mod batch;
 mod chat;
+mod draft;
 pub use chat::Chat;
 
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ use crate::ask::{
     cite, route, should_abstain, stream, window, Answer, Evidence, ModelOut, Query, Retriever,
     SourceOut, Timings, ABSTAIN_TEXT,
 };
-use crate::config::{Backend, Settings};
+use crate::config::{Backend, Settings, Tier};
 use crate::llm::{Llm, Message, StopReason, LLAMA_CPP_BUILD};
 use crate::promptcache::PromptCache;
 use crate::remote::Generator;
@@ -103,11 +104,14 @@ pub struct Answerer {
     settings: Settings,
     mode: Mode,
     retriever: Retriever,
-    /// The small and the large generator (`llm.model`, `llm.large_model`, each local or
-    /// remote per `llm.backend` / `llm.large_backend`), loaded on demand.
-    models: [(Slot, OnceLock<Loaded>); 2],
+    /// The small, medium and large generator (`llm.model`, `llm.medium_model`,
+    /// `llm.large_model`, each local or remote per its backend), loaded on demand; two tiers
+    /// set to the same file share the first one's slot.
+    models: [(Slot, OnceLock<Loaded>); 3],
     /// Held while a generator loads, so two threads never load the same file twice.
     loading: Mutex<()>,
+    /// The draft model of `llm.speculative = "draft"`, loaded on first use.
+    draft: draft::DraftSlot,
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
@@ -135,11 +139,9 @@ impl Answerer {
             settings: settings.clone(),
             mode,
             retriever: Retriever::open(settings, mode)?,
-            models: [
-                (slot(settings, false), OnceLock::new()),
-                (slot(settings, true), OnceLock::new()),
-            ],
+            models: Tier::ALL.map(|t| (slot(settings, t), OnceLock::new())),
             loading: Mutex::new(()),
+            draft: OnceLock::new(),
             vocab_only,
         })
     }
@@ -154,10 +156,10 @@ impl Answerer {
         self.retriever.run(q, mode, ui)
     }
 
-    /// The slot of the small or the large generator (the small one's when both are the
-    /// same), loading or connecting it on first use.
-    fn model(&self, large: bool) -> Result<usize> {
-        let want = slot(&self.settings, large);
+    /// The slot of generator `tier` (the first one's of those set to the same model),
+    /// loading or connecting it on first use.
+    fn model(&self, tier: Tier) -> Result<usize> {
+        let want = slot(&self.settings, tier);
         let i = self
             .models
             .iter()
@@ -190,8 +192,7 @@ impl Answerer {
     /// Loads the generator `route` would start with, so the first request does not wait
     /// for it (`rag serve`).
     pub fn preload(&self) -> Result<()> {
-        let large = self.settings.llm.route == crate::config::Route::Large;
-        self.model(large).map(|_| ())
+        self.model(fixed_tier(self.settings.llm.route)).map(|_| ())
     }
 
     /// Re-opens the index when an ingest has committed a new version since it was opened;
@@ -214,10 +215,14 @@ impl Answerer {
     pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
-        let large_ready = s.large_backend == Backend::Openai || s.large_model.is_file();
-        let route = route::route(s.route, best, large_ready);
-        tracing::info!(model = %route.model, reason = %route.reason, "routed");
-        let model = self.model(route.model == "large")?;
+        let settings = &self.settings;
+        let installed = |t| match settings.generator(t) {
+            (Backend::Openai, _) => true,
+            (Backend::Local, path) => path.is_file(),
+        };
+        let route = route::route(s.route, best, installed);
+        tracing::info!(model = route.model.name(), reason = %route.reason, "routed");
+        let model = self.model(route.model)?;
         let ranked = self.shape(question, ranked)?;
         let gen = self.loaded(model);
         let (params, reserve) = gen.window(&self.settings)?;
@@ -459,8 +464,10 @@ impl Answerer {
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, ui)?;
-        let generate =
-            |s: &_, piece: &mut dyn FnMut(&str) -> bool| Ok((prefill, session.generate(s, piece)?));
+        let mut drafter = self.drafter(llm, &params, ui);
+        let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
+            Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
+        };
         let (answer, _) =
             self.stream_checked(question, &prep, sources, timings, started, on, generate)?;
         Ok(answer)
@@ -653,6 +660,8 @@ fn generation_timings(
     timings.generated_tokens = decode.tokens;
     timings.decode_ms = decode.ms;
     timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
+    timings.drafted_tokens = decode.drafted;
+    timings.accepted_tokens = decode.accepted;
     // From the start of the question: what a person waits for.
     timings.ttft_ms =
         timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);
@@ -660,14 +669,20 @@ fn generation_timings(
     timings
 }
 
-/// The small (`large = false`) or the large generator's backend and file.
-fn slot(settings: &Settings, large: bool) -> Slot {
-    let s = &settings.llm;
-    let (backend, path) = if large {
-        (s.large_backend, &s.large_model)
-    } else {
-        (s.backend, &s.model)
-    };
+/// The generator a fixed route names; `auto` starts from the small one (chat keeps it, and
+/// `rag serve` preloads it).
+pub(crate) fn fixed_tier(route: crate::config::Route) -> Tier {
+    use crate::config::Route;
+    match route {
+        Route::Small | Route::Auto => Tier::Small,
+        Route::Medium => Tier::Medium,
+        Route::Large => Tier::Large,
+    }
+}
+
+/// Generator `tier`'s backend and file.
+fn slot(settings: &Settings, tier: Tier) -> Slot {
+    let (backend, path) = settings.generator(tier);
     Slot {
         backend,
         // Both remote generators are the same server and model.

@@ -65,6 +65,9 @@ struct CaseAnswer {
     prompt_tokens: usize,
     ttft_ms: f64,
     decode_tok_per_s: f64,
+    total_ms: f64,
+    drafted: usize,
+    accepted: usize,
     model: Option<String>,
 }
 
@@ -299,6 +302,9 @@ fn answer_case(
         prompt_tokens: a.timings.prompt_tokens,
         ttft_ms: a.timings.ttft_ms,
         decode_tok_per_s: a.timings.decode_tok_per_s,
+        total_ms: a.timings.total_ms,
+        drafted: a.timings.drafted_tokens,
+        accepted: a.timings.accepted_tokens,
         model: a.model.as_ref().map(|m| {
             std::path::Path::new(&m.path)
                 .file_name()
@@ -349,6 +355,9 @@ fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
     let tokens = series(&|a| a.prompt_tokens as f64);
     let ttft = series(&|a| a.ttft_ms);
     let decode = series(&|a| a.decode_tok_per_s);
+    let whole = series(&|a| a.total_ms);
+    let drafted: usize = answered.iter().map(|a| a.drafted).sum();
+    let accepted: usize = answered.iter().map(|a| a.accepted).sum();
     let mut models: Vec<String> = answers.iter().filter_map(|a| a.model.clone()).collect();
     models.sort();
     models.dedup();
@@ -374,6 +383,10 @@ fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
         ttft_ms_p95: metrics::percentile(&ttft, 95.0),
         decode_tok_per_s_p50: metrics::percentile(&decode, 50.0),
         decode_tok_per_s_p95: metrics::percentile(&decode, 95.0),
+        answer_ms_p50: metrics::percentile(&whole, 50.0),
+        answer_ms_p95: metrics::percentile(&whole, 95.0),
+        answer_ms_mean: metrics::mean(whole.iter().map(|&x| Some(x))),
+        draft_acceptance: (drafted > 0).then(|| accepted as f64 / drafted as f64),
     }
 }
 

@@ -45,6 +45,16 @@ pub struct AnswerSummary {
     pub ttft_ms_p95: Option<f64>,
     pub decode_tok_per_s_p50: Option<f64>,
     pub decode_tok_per_s_p95: Option<f64>,
+    /// Whole answer, retrieval to the last token: what a person waits for in all.
+    #[serde(default)]
+    pub answer_ms_p50: Option<f64>,
+    #[serde(default)]
+    pub answer_ms_p95: Option<f64>,
+    #[serde(default)]
+    pub answer_ms_mean: Option<f64>,
+    /// Speculative decoding: the share of drafted tokens the generator kept.
+    #[serde(default)]
+    pub draft_acceptance: Option<f64>,
 }
 
 /// Metrics where lower is better: a rise is the regression.
@@ -57,6 +67,10 @@ const NOT_GATED: &[&str] = &[
     "ttft_ms_p95",
     "decode_tok_per_s_p50",
     "decode_tok_per_s_p95",
+    "answer_ms_p50",
+    "answer_ms_p95",
+    "answer_ms_mean",
+    "draft_acceptance",
 ];
 
 /// Every figure as `mode.metric` or `answers.metric`, the names `--min`, `--baseline` and
@@ -95,6 +109,10 @@ pub fn flatten(
             ("ttft_ms_p95", a.ttft_ms_p95),
             ("decode_tok_per_s_p50", a.decode_tok_per_s_p50),
             ("decode_tok_per_s_p95", a.decode_tok_per_s_p95),
+            ("answer_ms_p50", a.answer_ms_p50),
+            ("answer_ms_p95", a.answer_ms_p95),
+            ("answer_ms_mean", a.answer_ms_mean),
+            ("draft_acceptance", a.draft_acceptance),
         ] {
             if let Some(v) = v {
                 out.insert(format!("answers.{name}"), v);
@@ -286,6 +304,17 @@ pub fn table(
             whole(a.ttft_ms_p95),
             whole(a.decode_tok_per_s_p50),
             whole(a.decode_tok_per_s_p95),
+        );
+        let _ = writeln!(
+            t,
+            "whole answer p50 {} ms p95 {} ms mean {} ms{}",
+            whole(a.answer_ms_p50),
+            whole(a.answer_ms_p95),
+            whole(a.answer_ms_mean),
+            a.draft_acceptance.map_or(String::new(), |x| format!(
+                " · drafts kept {}",
+                cell(Some(x))
+            )),
         );
     }
     t

@@ -27,6 +27,7 @@ pub type Token = LlamaToken;
 use crate::exit::ExitError;
 
 mod batch;
+pub mod speculate;
 pub use batch::{Done, Job};
 
 /// llama.cpp allows one backend per process.
@@ -289,6 +290,9 @@ pub struct Decode {
     /// Milliseconds from the start of decoding to the first streamed piece.
     pub first_piece_ms: Option<f64>,
     pub stop: StopReason,
+    /// Speculative decoding: tokens drafted, and how many of them were kept.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -430,70 +434,172 @@ impl Session<'_> {
     }
 
     /// Samples up to `s.max_tokens` tokens after a prefill and hands each UTF-8-complete piece
-    /// to `on_piece`; returning `false` from it stops generation.
+    /// to `on_piece`; returning `false` from it stops generation. With a `draft` and plain
+    /// greedy sampling, each decode step also checks the draft's guesses (speculative
+    /// decoding): the tokens are the ones plain decoding picks, several per step when the
+    /// guesses hold. Other sampling ignores the draft (a sampled token is not a check).
     pub fn generate(
         &mut self,
         s: &Sampling,
+        mut draft: Option<&mut dyn speculate::Draft>,
         mut on_piece: impl FnMut(&str) -> bool,
     ) -> Result<Decode> {
         let start = Instant::now();
         let llm = self.llm;
         let copy = CopyBias::new(s.copy_bias, &self.tokens, &llm.model);
         let (mut sampler, plain_greedy) = sampler(s, &llm.model, copy.as_ref());
-        let mut generated: Vec<LlamaToken> = Vec::new();
+        if !plain_greedy {
+            draft = None;
+        }
         let vocab = llm.model.vocab();
-        let mut batch = LlamaBatch::new(1, 1);
-        let mut utf8 = Utf8Stream::default();
-        let mut out = Decode::default();
-        let mut bytes = Vec::new();
-        out.stop = StopReason::MaxTokens;
-        for _ in 0..s.max_tokens {
-            let token = pick(
-                &self.ctx,
-                self.last_logits,
+        let mut out = Out::new(start);
+        let mut batch = LlamaBatch::new(self.n_batch, 1);
+        let mut pick_at = |ctx: &LlamaContext, i: i32, first: bool| {
+            pick(
+                ctx,
+                i,
                 &mut sampler,
                 plain_greedy,
                 copy.as_ref(),
-                s.text_first && generated.is_empty(),
+                s.text_first && first,
                 &vocab,
-            );
-            if vocab.is_eog(token) && !s.ignore_eog {
-                out.stop = StopReason::EndOfText;
+            )
+        };
+        let mut next = pick_at(&self.ctx, self.last_logits, true);
+        loop {
+            if let Some(stop) = out.take(
+                next,
+                s,
+                &vocab,
+                self.tokens.len(),
+                self.n_ctx(),
+                &mut on_piece,
+            ) {
+                out.decode.stop = stop;
                 break;
             }
-            bytes.clear();
-            vocab.token_to_piece_into(token, &mut bytes, false, None);
-            out.tokens += 1;
-            generated.push(token);
-            if let Some(text) = utf8.push(&bytes) {
-                out.first_piece_ms
-                    .get_or_insert(start.elapsed().as_secs_f64() * 1e3);
-                if !on_piece(&text) {
-                    out.stop = StopReason::Cancelled;
-                    break;
+            // Drafts only where they fit: the answer's budget, the context and one batch.
+            let room = (s.max_tokens as usize - out.decode.tokens)
+                .min(self.n_ctx().saturating_sub(self.tokens.len() + 2))
+                .min(self.n_batch - 1);
+            let guesses = match draft.as_deref_mut() {
+                Some(d) if room > 0 => {
+                    let mut context = self.tokens.clone();
+                    context.push(next);
+                    d.propose(&context, room)?
                 }
-            }
-            if !s.ignore_eog && repeating_tail(&generated, 2).is_some() {
-                out.stop = StopReason::Repetition;
-                break;
-            }
-            if self.tokens.len() + 1 >= self.n_ctx() {
-                out.stop = StopReason::ContextFull;
-                break;
-            }
+                _ => Vec::new(),
+            };
             batch.clear();
-            batch.add(token, self.tokens.len() as i32, &[0], true)?;
+            let n = self.tokens.len();
+            for (i, &t) in std::iter::once(&next).chain(&guesses).enumerate() {
+                batch.add(t, (n + i) as i32, &[0], true)?;
+            }
             self.ctx
                 .decode(&mut batch)
                 .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
-            self.tokens.push(token);
-            self.last_logits = 0;
+            self.tokens.push(next);
+            out.decode.drafted += guesses.len();
+            // Keep the guesses the generator itself picks, up to the first it does not.
+            let mut i = 0;
+            let stop = loop {
+                let t = pick_at(&self.ctx, i as i32, false);
+                if i < guesses.len() && t == guesses[i] {
+                    out.decode.accepted += 1;
+                    if let Some(stop) =
+                        out.take(t, s, &vocab, self.tokens.len(), self.n_ctx(), &mut on_piece)
+                    {
+                        break Some(stop);
+                    }
+                    self.tokens.push(t);
+                    i += 1;
+                } else {
+                    next = t;
+                    self.last_logits = i as i32;
+                    break None;
+                }
+            };
+            if !guesses.is_empty() {
+                // The cache drops the guesses past the last one kept.
+                let kept = self.tokens.len() as u32;
+                if !self
+                    .ctx
+                    .clear_kv_cache_seq(Some(0), Some(kept), None)
+                    .map_err(|e| anyhow!("trimming the KV cache: {e}"))?
+                {
+                    return Err(anyhow!("llama.cpp could not drop rejected draft tokens"));
+                }
+            }
+            if let Some(stop) = stop {
+                out.decode.stop = stop;
+                break;
+            }
         }
-        if let Some(tail) = utf8.finish() {
+        if let Some(tail) = out.utf8.finish() {
             on_piece(&tail);
         }
-        out.ms = start.elapsed().as_secs_f64() * 1e3;
-        Ok(out)
+        out.decode.ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(out.decode)
+    }
+}
+
+/// One generation's running state: the tokens written, the UTF-8 joiner and the figures.
+struct Out {
+    generated: Vec<LlamaToken>,
+    utf8: Utf8Stream,
+    bytes: Vec<u8>,
+    decode: Decode,
+    start: Instant,
+}
+
+impl Out {
+    fn new(start: Instant) -> Out {
+        Out {
+            generated: Vec::new(),
+            utf8: Utf8Stream::default(),
+            bytes: Vec::new(),
+            decode: Decode::default(),
+            start,
+        }
+    }
+
+    /// Takes the chosen `token` into the answer, in plain decoding's order of checks (end of
+    /// text, the piece streamed, a loop, the budget, a full context); why generation stops
+    /// here, if it does. `held` is how many tokens the context holds before this one.
+    fn take(
+        &mut self,
+        token: LlamaToken,
+        s: &Sampling,
+        vocab: &llama_cpp_2::vocab::LlamaVocab<'_>,
+        held: usize,
+        n_ctx: usize,
+        on_piece: &mut impl FnMut(&str) -> bool,
+    ) -> Option<StopReason> {
+        if self.decode.tokens >= s.max_tokens as usize {
+            return Some(StopReason::MaxTokens);
+        }
+        if vocab.is_eog(token) && !s.ignore_eog {
+            return Some(StopReason::EndOfText);
+        }
+        self.bytes.clear();
+        vocab.token_to_piece_into(token, &mut self.bytes, false, None);
+        self.decode.tokens += 1;
+        self.generated.push(token);
+        if let Some(text) = self.utf8.push(&self.bytes) {
+            self.decode
+                .first_piece_ms
+                .get_or_insert(self.start.elapsed().as_secs_f64() * 1e3);
+            if !on_piece(&text) {
+                return Some(StopReason::Cancelled);
+            }
+        }
+        if !s.ignore_eog && repeating_tail(&self.generated, 2).is_some() {
+            return Some(StopReason::Repetition);
+        }
+        if held + 1 >= n_ctx {
+            return Some(StopReason::ContextFull);
+        }
+        (self.decode.tokens >= s.max_tokens as usize).then_some(StopReason::MaxTokens)
     }
 }
 

@@ -380,6 +380,7 @@ impl Stream {
                 ms: decode_ms,
                 first_piece_ms: Some((first - prompt_ms).max(0.0)),
                 stop,
+                ..Decode::default()
             },
         )
     }

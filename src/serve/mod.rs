@@ -75,7 +75,10 @@ fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
 /// every generator a route can reach is a remote server, `llm.parallel` (it batches them).
 fn generation_slots(s: &crate::config::Settings) -> usize {
     use crate::config::Backend::Openai;
-    if s.llm.backend == Openai && s.llm.large_backend == Openai {
+    let all_remote = crate::config::Tier::ALL
+        .iter()
+        .all(|&t| s.generator(t).0 == Openai);
+    if all_remote {
         s.llm.parallel
     } else {
         1
