@@ -374,7 +374,8 @@ pub struct LlmSettings {
     /// small answers stay local.
     pub large_backend: Backend,
     /// Speculative decoding for local greedy answers: off, lookup (drafts from the prompt)
-    /// or draft (drafts from `llm.draft_model`). The answer is the one plain decoding gives.
+    /// or draft (drafts from `llm.draft_model`). Every kept token is the generator's own greedy
+    /// pick; only llama.cpp's batch-shape rounding can flip a near-tie.
     pub speculative: Speculative,
     /// Most tokens drafted ahead per decode step.
     pub draft_tokens: usize,
