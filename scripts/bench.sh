@@ -5,8 +5,8 @@
 #   ingest   : a real corpus nobody on the project wrote (Debian's git-doc manual pages):
 #              chunks/s, embedding tok/s next to raw ONNX Runtime on the same model and
 #              threads, an unchanged re-ingest, peak memory on the corpus and on 4 copies.
-#   llm      : rag's prefill/decode tok/s next to llama.cpp's own llama-bench (built from
-#              the llama.cpp tree in llama-cpp-python's source distribution), same GGUF,
+#   llm      : rag's prefill/decode tok/s next to llama.cpp's own llama-bench (built on the
+#              llama.cpp tree rag links by scripts/llama-tools.sh), same GGUF,
 #              threads and lengths; time to first token of a repeated ask with and without
 #              the prompt cache.
 #
@@ -21,6 +21,8 @@
 #              1M synthetic vectors: scripts/bench_ann.sh.
 #   speculate: (only when asked, BENCH=speculate) speculative decoding off / lookup / draft on
 #              the large generator over dev questions: scripts/bench_speculate.sh.
+#   format   : (only when asked, BENCH=format) the 1.5B in Q4_K_M and requantized formats,
+#              rag against llama-bench on each file: scripts/bench_format.sh.
 #
 # BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
@@ -35,6 +37,7 @@ what=${BENCH:-all}
 [ "$what" = s3 ] && exec "$root/scripts/bench_s3.sh"
 [ "$what" = ann ] && exec "$root/scripts/bench_ann.sh"
 [ "$what" = speculate ] && exec "$root/scripts/bench_speculate.sh"
+[ "$what" = format ] && exec "$root/scripts/bench_format.sh"
 mkdir -p "$bench"
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }
@@ -160,24 +163,10 @@ fi
 
 if [ "$what" = all ] || [ "$what" = llm ]; then
   model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
-  # --- llama-bench from the llama.cpp tree inside llama-cpp-python's sdist ----------------
-  lb=$HOME/.cache/rag/llama-bench/bin/llama-bench
-  if [ ! -x "$lb" ]; then
-    say "building llama-bench (llama-cpp-python sdist)"
-    src=$HOME/.cache/rag/llama-bench/src
-    rm -rf "$src"; mkdir -p "$src"
-    python3 -m pip download -q --no-deps --no-binary :all: -d "$src" llama-cpp-python
-    tar -xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
-    tree=$(dirname "$(find "$src" -path '*vendor/llama.cpp/CMakeLists.txt' | head -n 1)")
-    cmake -S "$tree" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_OPENMP=ON \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
-    cmake --build "$src/build" --target llama-bench -j "$(nproc)" >/dev/null
-    mkdir -p "$(dirname "$lb")"
-    cp "$(find "$src/build" -name llama-bench -type f -perm -u+x | head -n 1)" "$lb"
-    find "$src/build" -name '*.so*' -exec cp -P {} "$(dirname "$lb")/" \; 2>/dev/null || true
-  fi
+  # llama-bench on the llama.cpp tree rag links, compiled with rag's ggml flags.
+  lb=$("$root/scripts/llama-tools.sh")/llama-bench
   say "llama-bench: -p 512 -n 128 -t $threads"
-  LD_LIBRARY_PATH=$(dirname "$lb") "$lb" -m "$model" -p 512 -n 128 -t "$threads" -r 3 -o json >"$bench/llama-bench.json"
+  "$lb" -m "$model" -p 512 -n 128 -t "$threads" -r 3 -o json >"$bench/llama-bench.json"
   say "rag bench-llm: -p 512 -n 128 --threads $threads"
   "$rag" --config "$root/rag.toml" bench-llm -p 512 -n 128 -r 3 --threads "$threads" >"$bench/rag-llm.json"
   read -r lb_pp lb_tg < <(python3 -c "
