@@ -7,6 +7,7 @@
 
 use std::io::Read;
 use std::num::NonZeroU32;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -387,12 +388,7 @@ impl Session<'_> {
                 self.n_ctx()
             ));
         }
-        let common = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = self.shared_prefix(prompt);
         // The last prompt token is always decoded again: its logits start the answer. The
         // kept prefix is cut back to a multiple of n_batch, and slices start at multiples of
         // it, so every token's keys and values come from the same batch whether or not a
@@ -433,6 +429,15 @@ impl Session<'_> {
         })
     }
 
+    /// How many leading tokens of `tokens` the context already holds.
+    fn shared_prefix(&self, tokens: &[LlamaToken]) -> usize {
+        self.tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
     /// Samples up to `s.max_tokens` tokens after a prefill and hands each UTF-8-complete piece
     /// to `on_piece`; returning `false` from it stops generation. With a `draft` and plain
     /// greedy sampling, each decode step also checks the draft's guesses (speculative
@@ -444,102 +449,148 @@ impl Session<'_> {
         mut draft: Option<&mut dyn speculate::Draft>,
         mut on_piece: impl FnMut(&str) -> bool,
     ) -> Result<Decode> {
-        let start = Instant::now();
-        let llm = self.llm;
-        let copy = CopyBias::new(s.copy_bias, &self.tokens, &llm.model);
-        let (mut sampler, plain_greedy) = sampler(s, &llm.model, copy.as_ref());
-        if !plain_greedy {
+        let mut out = Out::new(Instant::now());
+        let mut choose = Chooser::new(s, self.llm, &self.tokens);
+        if !choose.plain_greedy {
             draft = None;
         }
-        let vocab = llm.model.vocab();
-        let mut out = Out::new(start);
         let mut batch = LlamaBatch::new(self.n_batch, 1);
-        let mut pick_at = |ctx: &LlamaContext, i: i32, first: bool| {
-            pick(
-                ctx,
-                i,
-                &mut sampler,
-                plain_greedy,
-                copy.as_ref(),
-                s.text_first && first,
-                &vocab,
-            )
-        };
-        let mut next = pick_at(&self.ctx, self.last_logits, true);
-        loop {
-            if let Some(stop) = out.take(
-                next,
-                s,
-                &vocab,
-                self.tokens.len(),
-                self.n_ctx(),
-                &mut on_piece,
-            ) {
-                out.decode.stop = stop;
-                break;
+        let mut next = choose.at(&self.ctx, self.last_logits, s.text_first);
+        let stop = loop {
+            let held = self.tokens.len();
+            if let Some(stop) = out.take(next, s, &choose.vocab, held, self.n_ctx(), &mut on_piece)
+            {
+                break stop;
             }
-            // Drafts only where they fit: the answer's budget, the context and one batch.
-            let room = (s.max_tokens as usize - out.decode.tokens)
-                .min(self.n_ctx().saturating_sub(self.tokens.len() + 2))
-                .min(self.n_batch - 1);
-            let guesses = match draft.as_deref_mut() {
-                Some(d) if room > 0 => {
-                    let mut context = self.tokens.clone();
-                    context.push(next);
-                    d.propose(&context, room)?
-                }
-                _ => Vec::new(),
-            };
-            batch.clear();
-            let n = self.tokens.len();
-            for (i, &t) in std::iter::once(&next).chain(&guesses).enumerate() {
-                batch.add(t, (n + i) as i32, &[0], true)?;
-            }
-            self.ctx
-                .decode(&mut batch)
-                .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
-            self.tokens.push(next);
+            let guesses = self.guesses(draft.as_deref_mut(), next, s, out.decode.tokens)?;
+            self.decode_step(&mut batch, next, &guesses)?;
             out.decode.drafted += guesses.len();
-            // Keep the guesses the generator itself picks, up to the first it does not.
-            let mut i = 0;
-            let stop = loop {
-                let t = pick_at(&self.ctx, i as i32, false);
-                if i < guesses.len() && t == guesses[i] {
-                    out.decode.accepted += 1;
-                    if let Some(stop) =
-                        out.take(t, s, &vocab, self.tokens.len(), self.n_ctx(), &mut on_piece)
-                    {
-                        break Some(stop);
-                    }
-                    self.tokens.push(t);
-                    i += 1;
-                } else {
-                    next = t;
-                    self.last_logits = i as i32;
-                    break None;
-                }
-            };
-            if !guesses.is_empty() {
-                // The cache drops the guesses past the last one kept.
-                let kept = self.tokens.len() as u32;
-                if !self
-                    .ctx
-                    .clear_kv_cache_seq(Some(0), Some(kept), None)
-                    .map_err(|e| anyhow!("trimming the KV cache: {e}"))?
-                {
-                    return Err(anyhow!("llama.cpp could not drop rejected draft tokens"));
-                }
+            match self.keep_agreeing(&mut choose, &guesses, s, &mut out, &mut on_piece)? {
+                ControlFlow::Continue(t) => next = t,
+                ControlFlow::Break(stop) => break stop,
             }
-            if let Some(stop) = stop {
-                out.decode.stop = stop;
-                break;
-            }
-        }
+        };
+        out.decode.stop = stop;
         if let Some(tail) = out.utf8.finish() {
             on_piece(&tail);
         }
-        out.decode.ms = start.elapsed().as_secs_f64() * 1e3;
+        out.decode.ms = out.start.elapsed().as_secs_f64() * 1e3;
         Ok(out.decode)
+    }
+
+    /// The draft's guesses of the tokens after `next`, as many as fit the answer's budget,
+    /// the context and one batch; none without a draft.
+    fn guesses<'d>(
+        &self,
+        draft: Option<&mut (dyn speculate::Draft + 'd)>,
+        next: LlamaToken,
+        s: &Sampling,
+        written: usize,
+    ) -> Result<Vec<LlamaToken>> {
+        let room = (s.max_tokens as usize - written)
+            .min(self.n_ctx().saturating_sub(self.tokens.len() + 2))
+            .min(self.n_batch - 1);
+        match draft {
+            Some(d) if room > 0 => {
+                let mut context = self.tokens.clone();
+                context.push(next);
+                d.propose(&context, room)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Decodes `next` and the guesses after it in one batch, logits for each, and takes `next`
+    /// into the context.
+    fn decode_step(
+        &mut self,
+        batch: &mut LlamaBatch,
+        next: LlamaToken,
+        guesses: &[LlamaToken],
+    ) -> Result<()> {
+        batch.clear();
+        let n = self.tokens.len();
+        for (i, &t) in std::iter::once(&next).chain(guesses).enumerate() {
+            batch.add(t, (n + i) as i32, &[0], true)?;
+        }
+        self.ctx
+            .decode(batch)
+            .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
+        self.tokens.push(next);
+        Ok(())
+    }
+
+    /// Keeps the guesses the generator itself picks, up to the first it does not, and drops
+    /// the rest from the KV cache; the next token to take, or why generation stops.
+    fn keep_agreeing(
+        &mut self,
+        choose: &mut Chooser,
+        guesses: &[LlamaToken],
+        s: &Sampling,
+        out: &mut Out,
+        on_piece: &mut impl FnMut(&str) -> bool,
+    ) -> Result<ControlFlow<StopReason, LlamaToken>> {
+        let mut i = 0;
+        let flow = loop {
+            let t = choose.at(&self.ctx, i as i32, false);
+            if i >= guesses.len() || t != guesses[i] {
+                self.last_logits = i as i32;
+                break ControlFlow::Continue(t);
+            }
+            out.decode.accepted += 1;
+            let held = self.tokens.len();
+            if let Some(stop) = out.take(t, s, &choose.vocab, held, self.n_ctx(), on_piece) {
+                break ControlFlow::Break(stop);
+            }
+            self.tokens.push(t);
+            i += 1;
+        };
+        if !guesses.is_empty() {
+            let kept = self.tokens.len() as u32;
+            if !self
+                .ctx
+                .clear_kv_cache_seq(Some(0), Some(kept), None)
+                .map_err(|e| anyhow!("trimming the KV cache: {e}"))?
+            {
+                return Err(anyhow!("llama.cpp could not drop rejected draft tokens"));
+            }
+        }
+        Ok(flow)
+    }
+}
+
+/// How the next token is chosen from a batch's logits: the sampler chain, or plain argmax
+/// where that gives its answer, with `llm.copy_bias` applied either way.
+struct Chooser<'m> {
+    sampler: LlamaSampler,
+    plain_greedy: bool,
+    copy: Option<CopyBias>,
+    vocab: llama_cpp_2::vocab::LlamaVocab<'m>,
+}
+
+impl<'m> Chooser<'m> {
+    fn new(s: &Sampling, llm: &'m Llm, prompt: &[LlamaToken]) -> Chooser<'m> {
+        let copy = CopyBias::new(s.copy_bias, prompt, &llm.model);
+        let (sampler, plain_greedy) = sampler(s, &llm.model, copy.as_ref());
+        Chooser {
+            sampler,
+            plain_greedy,
+            copy,
+            vocab: llm.model.vocab(),
+        }
+    }
+
+    /// The token at batch index `i`; `text_first`: the best one that does not open a `[`.
+    fn at(&mut self, ctx: &LlamaContext, i: i32, text_first: bool) -> LlamaToken {
+        pick(
+            ctx,
+            i,
+            &mut self.sampler,
+            self.plain_greedy,
+            self.copy.as_ref(),
+            text_first,
+            &self.vocab,
+        )
     }
 }
 

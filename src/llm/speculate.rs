@@ -108,12 +108,7 @@ impl<'d> ModelDraft<'d> {
         if context.len() >= s.n_ctx() {
             return Err(anyhow!("the draft's context is full"));
         }
-        let common = s
-            .tokens
-            .iter()
-            .zip(context)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = s.shared_prefix(context);
         // The last token is decoded again when nothing follows it: its logits start the draft.
         let keep = common.min(context.len() - 1);
         if !s
