@@ -132,7 +132,7 @@ pub struct Llm {
 fn check_gguf(path: &Path) -> Result<()> {
     let mut f = std::fs::File::open(path).map_err(|e| {
         ExitError::model(format!(
-            "model file {} cannot be opened ({e}); run `scripts/setup.sh` (`--large` for the large model) or point llm.model / --model at a GGUF file",
+            "model file {} cannot be opened ({e}); run `scripts/setup.sh` (`--medium` or `--large` for those generators) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
             path.display()
         ))
     })?;
