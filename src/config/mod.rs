@@ -159,10 +159,45 @@ impl IndexSettings {
         let cache = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
+            .or_else(|| home_dir().map(|h| h.join(".cache")))
+            // Never a shared folder such as /tmp, where another user could plant prompt-cache
+            // entries: without any home, the state stays beside the project.
+            .unwrap_or_else(|| PathBuf::from(".rag"));
         let id = blake3::hash(uri.trim_end_matches('/').as_bytes()).to_hex();
         cache.join("rag").join("remote-index").join(&id[..16])
+    }
+}
+
+/// `HOME`, or when it is unset or relative, the home folder the password database gives.
+fn home_dir() -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Some(h);
+    }
+    passwd_home()
+}
+
+/// The current user's home folder from the password database (getpwuid_r).
+fn passwd_home() -> Option<PathBuf> {
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: getpwuid_r writes only into `pwd` and `buf`, whose sizes it is given; pw_dir
+    // points into `buf`, which outlives the read below.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut out,
+        );
+        if rc != 0 || out.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        let dir = std::ffi::CStr::from_ptr(pwd.pw_dir);
+        use std::os::unix::ffi::OsStrExt;
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+        p.is_absolute().then_some(p)
     }
 }
 
@@ -1087,6 +1122,13 @@ mod tests {
                 .unwrap_or(s.llm.model);
             s
         })
+    }
+
+    #[test]
+    fn without_home_the_remote_state_comes_from_the_password_database_not_tmp() {
+        let home = super::passwd_home().expect("this user has a passwd entry");
+        assert!(home.is_absolute(), "{}", home.display());
+        assert!(!home.starts_with(std::env::temp_dir()), "{}", home.display());
     }
 
     #[test]

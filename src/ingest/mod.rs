@@ -14,6 +14,7 @@ pub mod watch;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -169,13 +170,23 @@ struct IngestLock {
 fn lock(dir: &Path) -> Result<IngestLock> {
     crate::store::create_private_dir(dir)?;
     let path = dir.join("ingest.lock");
+    // O_NOFOLLOW: a cloned repository can ship `.rag/ingest.lock` as a symlink to a file of
+    // the user's, which the pid written below would overwrite.
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .read(true)
         .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => ExitError::usage(format!(
+                "{} is a symbolic link; rag does not write a lock through a link: remove it (`rm {}`) and run again",
+                path.display(),
+                path.display()
+            )),
+            _ => anyhow::Error::new(e).context(format!("opening {}", path.display())),
+        })?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -842,6 +853,21 @@ pub fn chunk_meta(s: &crate::config::ChunkSettings) -> ChunkMeta {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_ingest_lock_is_not_written_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "keep me").unwrap();
+        let index = dir.path().join(".rag");
+        std::fs::create_dir(&index).unwrap();
+        std::os::unix::fs::symlink(&victim, index.join("ingest.lock")).unwrap();
+        let err = super::lock(&index).err().expect("a symlinked lock is refused");
+        assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+        std::fs::remove_file(index.join("ingest.lock")).unwrap();
+        assert!(super::lock(&index).is_ok());
+    }
+
     use super::*;
 
     fn opts(prune_all: bool) -> IngestOptions {
