@@ -161,7 +161,7 @@ impl IndexSettings {
             .filter(|p| p.is_absolute())
             .or_else(|| home_dir().map(|h| h.join(".cache")))
             // Never a shared folder such as /tmp, where another user could plant prompt-cache
-            // entries: without any home, the state stays beside the project.
+            // entries: without any home, the state goes to `.rag` in the current folder.
             .unwrap_or_else(|| PathBuf::from(".rag"));
         let id = blake3::hash(uri.trim_end_matches('/').as_bytes()).to_hex();
         cache.join("rag").join("remote-index").join(&id[..16])
@@ -170,7 +170,10 @@ impl IndexSettings {
 
 /// `HOME`, or when it is unset or relative, the home folder the password database gives.
 fn home_dir() -> Option<PathBuf> {
-    if let Some(h) = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
+    if let Some(h) = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
         return Some(h);
     }
     passwd_home()
@@ -1128,7 +1131,11 @@ mod tests {
     fn without_home_the_remote_state_comes_from_the_password_database_not_tmp() {
         let home = super::passwd_home().expect("this user has a passwd entry");
         assert!(home.is_absolute(), "{}", home.display());
-        assert!(!home.starts_with(std::env::temp_dir()), "{}", home.display());
+        assert!(
+            !home.starts_with(std::env::temp_dir()),
+            "{}",
+            home.display()
+        );
     }
 
     #[test]

@@ -861,7 +861,9 @@ mod tests {
         let index = dir.path().join(".rag");
         std::fs::create_dir(&index).unwrap();
         std::os::unix::fs::symlink(&victim, index.join("ingest.lock")).unwrap();
-        let err = super::lock(&index).err().expect("a symlinked lock is refused");
+        let err = super::lock(&index)
+            .err()
+            .expect("a symlinked lock is refused");
         assert!(format!("{err:#}").contains("symbolic link"), "{err:#}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
         std::fs::remove_file(index.join("ingest.lock")).unwrap();
