@@ -81,9 +81,14 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
                 if s.embed.backend == crate::config::Backend::Openai {
                     format!("{} ({} dims) at {}", e.info.name, e.info.dim, s.embed.url)
                 } else {
+                    let ort = crate::embed::ort_version(&s.embed.ort_lib)
+                        .unwrap_or_else(|_| "(version unknown)".into());
                     format!(
-                        "{} ({} dims, {} pooling), ONNX Runtime loaded",
-                        e.info.name, e.info.dim, e.info.pooling
+                        "{} ({} dims, {} pooling), ONNX Runtime {ort} from {}",
+                        e.info.name,
+                        e.info.dim,
+                        e.info.pooling,
+                        s.embed.ort_lib.display()
                     )
                 },
             ));

@@ -53,17 +53,12 @@ pub use exit::{exit_code_of, is_broken_pipe, is_disk_full, Exit, ExitError};
 use cli::{Cli, Command};
 use retrieve::Mode;
 
-/// `rag --version`: this build, the llama.cpp it was built with, and the ONNX Runtime
-/// library the settings point at, loaded to ask it its version.
+/// `rag --version`: this build and the llama.cpp it was built with. It reads no config and
+/// loads no library: a `rag.toml` names the ONNX Runtime library, and asking a version must
+/// not run code a config points at (`rag doctor` loads it and reports its version).
 pub fn version_text() -> String {
-    let ort = config::resolve(None, &config::Flags::default())
-        .and_then(|s| {
-            let v = embed::ort_version(&s.embed.ort_lib)?;
-            Ok(format!("{v} ({})", s.embed.ort_lib.display()))
-        })
-        .unwrap_or_else(|e| format!("not loaded: {e:#}"));
     format!(
-        "{}\nllama.cpp: {}\nONNX Runtime: {ort}",
+        "{}\nllama.cpp: {}\nONNX Runtime: loaded at run time from embed.ort_lib (`rag doctor` reports its version)",
         env!("CARGO_PKG_VERSION"),
         llm::LLAMA_CPP_BUILD
     )

@@ -16,7 +16,9 @@ use toml::{Table, Value};
 use crate::exit::ExitError;
 pub use crate::retrieve::Mode;
 
+mod file;
 mod flags;
+use file::config_file;
 pub use flags::{EmbedFlags, Flags, IndexFlags, LlmFlags, ModelChoice, RetrievalFlags, ServeFlags};
 
 /// How the embedder's token vectors become one: `embed.pooling`.
@@ -666,30 +668,6 @@ pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
     }
     let cwd = std::env::current_dir().context("reading the current directory")?;
     resolve_with(config, flags, &env, &cwd)
-}
-
-/// The config file: given (`--config`, `RAG_CONFIG`, relative to `cwd`), or the nearest
-/// `rag.toml` from `cwd` up.
-fn config_file(config: Option<&Path>, env: &Env, cwd: &Path) -> Result<Option<PathBuf>> {
-    let explicit = config
-        .map(Path::to_path_buf)
-        .or_else(|| env.get("RAG_CONFIG").map(PathBuf::from));
-    match explicit {
-        Some(p) => {
-            let p = cwd.join(p);
-            if !p.is_file() {
-                return Err(ExitError::usage(format!(
-                    "config file {} not found; check --config / RAG_CONFIG",
-                    p.display()
-                )));
-            }
-            Ok(Some(p))
-        }
-        None => Ok(cwd
-            .ancestors()
-            .map(|dir| dir.join("rag.toml"))
-            .find(|p| p.is_file())),
-    }
 }
 
 fn resolve_with(config: Option<&Path>, flags: &Flags, env: &Env, cwd: &Path) -> Result<Settings> {

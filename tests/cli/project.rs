@@ -321,11 +321,29 @@ fn verbose_logs_color_and_version() {
     assert!(err.contains("\x1b[1;31mrag: error:\x1b[0m"), "{err:?}");
     let (_, _, err) = p.run(&["status", "--index", "nowhere"]);
     assert!(err.starts_with("rag: error:"), "{err:?}");
-    let (code, out, _) = p.run(&["--version"]);
-    assert_eq!(code, 0);
+    // --version reads no config and loads no library one names: here the project's
+    // rag.toml points embed.ort_lib at a file that is no library, which an attempt to load
+    // it would report.
+    let bogus = p.path().join("not-a-library.so");
+    std::fs::write(&bogus, b"not a library").unwrap();
+    let toml = p.path().join("rag.toml");
+    let before = std::fs::read_to_string(&toml).unwrap();
+    let pointed: String = before
+        .lines()
+        .map(|l| match l.starts_with("ort_lib = ") {
+            true => format!("ort_lib = {:?}\n", bogus.display().to_string()),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&toml, pointed).unwrap();
+    assert!(std::fs::read_to_string(&toml).unwrap().contains("not-a-library"));
+    let (code, out, err) = p.run(&["--version"]);
+    assert_eq!(code, 0, "{err}");
     assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
     assert!(out.contains("llama.cpp: llama-cpp-sys-2"), "{out}");
-    assert!(out.contains("ONNX Runtime: 1."), "{out}");
+    assert!(out.contains("ONNX Runtime: loaded at run time"), "{out}");
+    assert!(!out.contains("not-a-library") && !err.contains("not-a-library"), "{out}{err}");
+    std::fs::write(&toml, before).unwrap();
 }
 
 /// Paths that differ between machines and runs, replaced for snapshots.

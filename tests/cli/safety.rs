@@ -286,6 +286,11 @@ fn doctor_passes_a_healthy_setup_and_names_each_problem_with_its_fix() {
         );
     }
     assert!(!out.contains("FAIL"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("embedder") && l.contains("ONNX Runtime 1.")),
+        "doctor reports the ONNX Runtime version: {out}"
+    );
 
     // Broken: a damaged model file, a failed file on record, a cache entry with a bad checksum.
     let (code, _, _) = p.run(&["ask", "-k", "2", "What does the chief engineer keep?"]);
