@@ -76,7 +76,7 @@ pub enum Command {
     Mcp(ChatArgs),
     /// Serve search and answers over HTTP (JSON, server-sent events, OpenAI-compatible chat)
     #[command(
-        after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  curl -s localhost:8089/v1/search -d '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask -d '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nEndpoints: POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
+        after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  rag serve --addr 0.0.0.0:8089 --token-file ~/.config/rag/token\n  curl -s localhost:8089/v1/search --json '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask --json '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nEndpoints: POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
     )]
     Serve(ServeArgs),
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
@@ -336,6 +336,10 @@ pub struct ServeArgs {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// Read the bearer token from FILE (its first line), so it stays out of `ps` and the
+    /// shell's history
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

@@ -204,7 +204,8 @@ fn dispatch(
         }
         Command::Serve(a) => {
             let (engine, q) = warm_engine(settings, &a.retrieval, verbose)?;
-            serve::run(&engine, &q, a.token.as_deref(), &ui)
+            let token = serve::token(a.token.clone(), a.token_file.as_deref())?;
+            serve::run(&engine, &q, token.as_deref(), &ui)
         }
         Command::Chat(a) => {
             let o = chat::ChatOptions { verbose };

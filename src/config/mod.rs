@@ -447,6 +447,15 @@ pub struct ServeSettings {
     pub queue: usize,
     /// HTTP worker threads (searches run in parallel on them); 0 = queue + 4.
     pub threads: usize,
+    /// Open connections at once; more are answered 503 and closed, so a flood of idle
+    /// sockets cannot use up the descriptors the index and the models need.
+    pub max_connections: usize,
+    /// Seconds a client may take to send its request head or body, or to read a response
+    /// that waits for it, before its connection is closed.
+    pub io_timeout_s: u64,
+    /// Host names a tokenless server answers besides localhost, 127.0.0.1 and [::1] (a
+    /// reverse proxy's name for this machine); any other Host is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServeSettings {
@@ -455,6 +464,9 @@ impl Default for ServeSettings {
             addr: "127.0.0.1:8089".into(),
             queue: 16,
             threads: 0,
+            max_connections: 256,
+            io_timeout_s: 30,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -974,7 +986,7 @@ impl Settings {
                 return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
             }
         }
-        let ints: [(&str, u64, u64, u64); 19] = [
+        let ints: [(&str, u64, u64, u64); 21] = [
             (
                 "index.ann_nprobes",
                 self.index.ann_nprobes as u64,
@@ -993,6 +1005,13 @@ impl Settings {
             ("llm.draft_tokens", l.draft_tokens as u64, 1, 64),
             ("serve.queue", self.serve.queue as u64, 0, 100_000),
             ("serve.threads", self.serve.threads as u64, 0, 1_024),
+            (
+                "serve.max_connections",
+                self.serve.max_connections as u64,
+                1,
+                65_536,
+            ),
+            ("serve.io_timeout_s", self.serve.io_timeout_s, 1, 3_600),
             ("retrieval.top_k", r.top_k as u64, 1, 1_000),
             ("retrieval.candidates", r.candidates as u64, 1, 100_000),
             ("retrieval.neighbors", r.neighbors as u64, 0, 1_000),

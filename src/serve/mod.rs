@@ -5,22 +5,23 @@
 //!
 //! Endpoints: `POST /v1/search`, `POST /v1/ask` (JSON, or server-sent events carrying the
 //! `--ndjson` events), `POST /v1/chat/completions` (OpenAI-compatible, see [`openai`]),
-//! `GET /healthz`, `GET /metrics`. tiny_http rather than axum: it is synchronous like the
-//! engine, and axum's server features would rebuild hyper and everything under LanceDB.
+//! `GET /healthz`, `GET /metrics`. The sockets are [`net`]'s (hyper, with the limits a server
+//! facing hostile clients needs); the handlers here run on plain threads, like the engine.
 
 mod gate;
 mod http;
 mod metrics;
+mod net;
 mod openai;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use hyper::Method;
 use serde_json::{json, Value};
-use tiny_http::{Method, Request, Server};
 
 use crate::ask::{Answer, Query};
 use crate::engine::{Answerer, Event};
@@ -28,23 +29,52 @@ use crate::exit::{Exit, ExitError};
 use crate::printer::{Format, Printer, SearchHit};
 use crate::ui::Ui;
 
+use http::Request;
+
 pub use gate::Busy;
 
 /// Everything the worker threads share.
 struct State<'a> {
     engine: &'a Answerer,
     base: &'a Query,
-    token: Option<&'a str>,
     gate: gate::Gate,
-    metrics: metrics::Metrics,
-    stop: Arc<AtomicBool>,
-    in_flight: AtomicUsize,
+    metrics: Arc<metrics::Metrics>,
+    in_flight: Arc<AtomicUsize>,
     /// The engine's Ui with spinners off: many requests share one stderr.
     ui: Ui,
 }
 
 const ENDPOINTS: &str =
     "POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics";
+
+/// The shortest token accepted: with failed attempts rate-limited (10 a minute per client),
+/// 12 random characters are out of reach of guessing.
+const MIN_TOKEN: usize = 12;
+
+/// The bearer token: `--token` / `RAG_SERVE_TOKEN`, or the first line of `--token-file`.
+pub fn token(given: Option<String>, file: Option<&std::path::Path>) -> Result<Option<String>> {
+    let token = match file {
+        None => given,
+        Some(f) => {
+            let text = std::fs::read_to_string(f).map_err(|e| {
+                ExitError::usage(format!(
+                    "--token-file {}: {e}; write the token on the file's first line (for example `openssl rand -hex 16 > {0}`)",
+                    f.display()
+                ))
+            })?;
+            Some(text.lines().next().unwrap_or("").trim().to_string())
+        }
+    };
+    if let Some(t) = &token {
+        if t.trim().chars().count() < MIN_TOKEN {
+            return Err(ExitError::usage(format!(
+                "the serve token is {} characters; give at least {MIN_TOKEN} random ones with --token, --token-file or RAG_SERVE_TOKEN (for example `openssl rand -hex 16`)",
+                t.trim().chars().count()
+            )));
+        }
+    }
+    Ok(token)
+}
 
 /// The address to listen on, checked: anything but loopback needs a token.
 fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
@@ -57,15 +87,9 @@ fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
                 "serve.addr = {addr:?} is not an address to listen on; give HOST:PORT such as 127.0.0.1:8089"
             ))
         })?;
-    if token.is_some_and(|t| t.trim().is_empty()) {
-        return Err(ExitError::usage(
-            "the serve token is empty; give a long random string with --token or RAG_SERVE_TOKEN"
-                .into(),
-        ));
-    }
     if !parsed.ip().is_loopback() && token.is_none() {
         return Err(ExitError::usage(format!(
-            "listening on {parsed} would let the network read the indexed documents without a password; set a bearer token with --token or RAG_SERVE_TOKEN, or listen on 127.0.0.1"
+            "listening on {parsed} would let the network read the indexed documents without a password; set a bearer token with --token, --token-file or RAG_SERVE_TOKEN, or listen on 127.0.0.1"
         )));
     }
     Ok(parsed)
@@ -90,15 +114,12 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
     let s = engine.settings().serve.clone();
     let addr = listen_addr(&s.addr, token)?;
     engine.preload()?;
-    let server = Server::http(addr).map_err(|e| {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
         ExitError::usage(format!(
             "cannot listen on {addr}: {e}; choose another address with --addr or serve.addr (port 0 picks a free one)"
         ))
     })?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .map_or(addr.to_string(), |a| a.to_string());
+    let bound = listener.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         // A second signal while draining exits at once.
@@ -109,16 +130,31 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         s.queue + 4
     } else {
         s.threads
-    };
+    }
+    .max(1);
     let state = State {
         engine,
         base,
-        token,
         gate: gate::Gate::new(s.queue, generation_slots(engine.settings())),
-        metrics: metrics::Metrics::default(),
-        stop,
-        in_flight: AtomicUsize::new(0),
+        metrics: Arc::default(),
+        in_flight: Arc::default(),
         ui: Ui { quiet: true },
+    };
+    // As many requests may wait for a worker as there are workers; more get 503 at once.
+    let (jobs, queue) = mpsc::sync_channel(threads);
+    let front = net::Front {
+        token: token.map(String::from),
+        loopback: token.is_none(),
+        port: bound.port(),
+        allowed_hosts: s.allowed_hosts.clone(),
+        failures: Default::default(),
+        stop,
+        in_flight: state.in_flight.clone(),
+        metrics: state.metrics.clone(),
+        jobs,
+        workers: threads,
+        max_connections: s.max_connections,
+        io_timeout: Duration::from_secs(s.io_timeout_s),
     };
     // Printed whatever -q says: a script started with port 0 reads the port from it.
     ui.stderr(&format!(
@@ -129,50 +165,34 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
             ""
         }
     ));
+    let queue = Mutex::new(queue);
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| worker(&server, &state));
+        for _ in 0..threads {
+            scope.spawn(|| worker(&queue, &state));
         }
-    });
+        // Returns once stopped and drained; dropping the front's sender ends the workers.
+        net::serve(listener, front)
+    })?;
     ui.info("rag serve: stopped after finishing the requests in flight");
     Ok(Exit::Success)
 }
 
-fn worker(server: &Server, st: &State) {
+/// Answers the requests the socket side hands over, until it is gone.
+fn worker(queue: &Mutex<mpsc::Receiver<Request>>, st: &State) {
     loop {
-        if st.stop.load(Ordering::SeqCst) && st.in_flight.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let req = match server.recv_timeout(Duration::from_millis(100)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!("accepting a request: {e}");
-                continue;
-            }
-        };
-        st.in_flight.fetch_add(1, Ordering::SeqCst);
+        let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(req) = next else { return };
         let started = Instant::now();
-        let endpoint = endpoint(req.url());
-        let status = if st.stop.load(Ordering::SeqCst) {
-            http::error(
-                req,
-                503,
-                "rag serve is shutting down",
-                &[("Connection", "close".into())],
-            )
-        } else {
-            handle(req, st)
-        };
+        let endpoint = endpoint(&req.path);
+        let status = handle(req, st);
         st.metrics
             .request(endpoint, status, started.elapsed().as_secs_f64());
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-/// The metrics label of a URL: the endpoint, or "other" (labels must stay few).
-fn endpoint(url: &str) -> &'static str {
-    let path = url.split('?').next().unwrap_or_default();
+/// The metrics label of a path: the endpoint, or "other" (labels must stay few).
+fn endpoint(path: &str) -> &'static str {
     [
         "/v1/search",
         "/v1/ask",
@@ -185,32 +205,18 @@ fn endpoint(url: &str) -> &'static str {
     .unwrap_or("other")
 }
 
-fn handle(mut req: Request, st: &State) -> u16 {
-    let path = req.url().split('?').next().unwrap_or_default().to_string();
-    let method = req.method().clone();
-    if path == "/healthz" {
-        return http::json(req, 200, &json!({"status": "ok"}));
-    }
-    if let Some(token) = st.token {
-        if !http::authorized(&req, token) {
-            return http::error(
-                req,
-                401,
-                "missing or wrong bearer token: send `Authorization: Bearer <token>` (the one given to rag serve --token or RAG_SERVE_TOKEN)",
-                &[("WWW-Authenticate", "Bearer".into())],
-            );
-        }
-    }
+fn handle(req: Request, st: &State) -> u16 {
+    let path = req.path.clone();
     let allowed = match path.as_str() {
-        "/metrics" => Method::Get,
-        "/v1/search" | "/v1/ask" | "/v1/chat/completions" => Method::Post,
+        "/metrics" | "/healthz" => Method::GET,
+        "/v1/search" | "/v1/ask" | "/v1/chat/completions" => Method::POST,
         _ => {
             let msg = format!("no endpoint {path}; the endpoints are {ENDPOINTS}");
             return http::error(req, 404, &msg, &[]);
         }
     };
-    if method != allowed {
-        let msg = format!("{path} takes {allowed}, not {method}");
+    if req.method != allowed {
+        let msg = format!("{path} takes {allowed}, not {}", req.method);
         return http::error(req, 405, &msg, &[("Allow", allowed.to_string())]);
     }
     if path == "/metrics" {
@@ -219,7 +225,7 @@ fn handle(mut req: Request, st: &State) -> u16 {
             .render(st.gate.waiting(), st.in_flight.load(Ordering::SeqCst));
         return http::send(req, 200, "text/plain; version=0.0.4", text, &[]);
     }
-    let body = match http::body(&mut req) {
+    let body = match http::body_json(&req.body) {
         Ok(b) => b,
         Err((status, msg)) => return http::error(req, status, &msg, &[]),
     };

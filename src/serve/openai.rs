@@ -10,8 +10,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use tiny_http::Request;
 
+use super::http::Request;
 use super::{busy, finish_stream, generate, http, Outcome, State};
 use crate::ask::{followup_query, Answer, Query};
 use crate::engine::Event;

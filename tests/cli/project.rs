@@ -336,13 +336,18 @@ fn verbose_logs_color_and_version() {
         })
         .collect();
     std::fs::write(&toml, pointed).unwrap();
-    assert!(std::fs::read_to_string(&toml).unwrap().contains("not-a-library"));
+    assert!(std::fs::read_to_string(&toml)
+        .unwrap()
+        .contains("not-a-library"));
     let (code, out, err) = p.run(&["--version"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
     assert!(out.contains("llama.cpp: llama-cpp-sys-2"), "{out}");
     assert!(out.contains("ONNX Runtime: loaded at run time"), "{out}");
-    assert!(!out.contains("not-a-library") && !err.contains("not-a-library"), "{out}{err}");
+    assert!(
+        !out.contains("not-a-library") && !err.contains("not-a-library"),
+        "{out}{err}"
+    );
     std::fs::write(&toml, before).unwrap();
 }
 

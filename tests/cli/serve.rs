@@ -16,13 +16,28 @@ pub struct Server {
 
 /// Starts `rag serve --addr 127.0.0.1:0` (plus `args`) and reads the address it printed.
 pub fn start(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Server {
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("rag"))
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("rag"));
+    cmd.args(["serve", "--addr", "127.0.0.1:0"]).args(args);
+    start_cmd(p, env, cmd)
+}
+
+/// As [`start`], with at most `nofile` open descriptors (`ulimit -n`).
+fn start_limited(p: &Project, env: &[(&str, &str)], nofile: u32) -> Server {
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        &format!("ulimit -n {nofile} && exec \"$0\" serve --addr 127.0.0.1:0"),
+    ])
+    .arg(assert_cmd::cargo::cargo_bin("rag"));
+    start_cmd(p, env, cmd)
+}
+
+fn start_cmd(p: &Project, env: &[(&str, &str)], mut cmd: Command) -> Server {
+    let mut child = cmd
         .current_dir(p.path())
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .envs(env.iter().copied())
-        .args(["serve", "--addr", "127.0.0.1:0"])
-        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -288,7 +303,10 @@ fn serve_guards_the_network_with_a_token() {
     let denied = call(&srv.addr, "POST", "/v1/search", q);
     assert_eq!(denied.status, 401);
     assert!(
-        denied.head.contains("WWW-Authenticate: Bearer"),
+        denied
+            .head
+            .to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
         "{}",
         denied.head
     );
@@ -313,6 +331,43 @@ fn serve_guards_the_network_with_a_token() {
         200,
         "health checks need no token"
     );
+    // Guessing is slowed down: after 10 wrong tokens in a minute, even the right one waits.
+    for _ in 0..8 {
+        let r = read_reply(send(
+            &srv.addr,
+            "POST",
+            "/v1/search",
+            q,
+            &[("Authorization", "Bearer guess-guess-guess")],
+        ));
+        assert_eq!(r.status, 401);
+    }
+    let locked = read_reply(send(
+        &srv.addr,
+        "POST",
+        "/v1/search",
+        q,
+        &[("Authorization", "Bearer s3cret-token")],
+    ));
+    assert_eq!(locked.status, 429, "{}", locked.body);
+    assert!(locked.head.to_ascii_lowercase().contains("retry-after: "));
+    drop(srv);
+
+    // A token too short to be safe is refused; one from a file stays out of `ps`.
+    let (code, _, err) = p.run_env(&[("RAG_SERVE_TOKEN", "s3cret")], &["serve"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 12"), "{err}");
+    let file = p.path().join("token");
+    std::fs::write(&file, "file-token-0123456789\n").unwrap();
+    let srv = start(&p, &[], &["--token-file", file.to_str().unwrap()]);
+    let ok = read_reply(send(
+        &srv.addr,
+        "POST",
+        "/v1/search",
+        q,
+        &[("Authorization", "Bearer file-token-0123456789")],
+    ));
+    assert_eq!(ok.status, 200, "{}", ok.body);
 }
 
 #[test]
@@ -343,7 +398,11 @@ fn serve_refuses_past_its_queue_and_drains_on_sigterm() {
         &format!(r#"{{"question": "{QUESTION}"}}"#),
     );
     assert_eq!(refused.status, 503, "{}", refused.body);
-    assert!(refused.head.contains("Retry-After: "), "{}", refused.head);
+    assert!(
+        refused.head.to_ascii_lowercase().contains("retry-after: "),
+        "{}",
+        refused.head
+    );
     // Searches never queue behind the generator.
     assert_eq!(
         call(&srv.addr, "POST", "/v1/search", r#"{"query": "Kestrel"}"#).status,
@@ -360,6 +419,203 @@ fn serve_refuses_past_its_queue_and_drains_on_sigterm() {
     );
     let status = srv.child.0.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Writes `raw` as the whole request and reads the reply (the server closes after it).
+fn raw(addr: &str, raw: &str) -> Reply {
+    raw_lossy(addr, raw).expect("a reply")
+}
+
+/// As [`raw`], for a request the server may cut off before reading it all: the reply, or
+/// `None` when the connection was reset before one arrived.
+fn raw_lossy(addr: &str, raw: &str) -> Option<Reply> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    // A safety net for a server that never answers, not a timing assertion.
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let _ = s.write_all(raw.as_bytes());
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8(got).ok()?;
+    text.contains("\r\n\r\n")
+        .then(|| read_reply(text.as_bytes()))
+}
+
+#[test]
+fn serve_outlives_hostile_requests_and_keeps_the_operators_scope() {
+    let p = Project::with_docs();
+    p.ingest();
+    let srv = start(
+        &p,
+        &[("RAG_SERVE_MAX_CONNECTIONS", "8")],
+        &["--path", "docs/*.md"],
+    );
+    let a = srv.addr.as_str();
+    let alive = |why: &str| assert_eq!(call(a, "GET", "/healthz", "").status, 200, "{why}");
+
+    // A declared body of a petabyte, or of u64::MAX bytes, is refused, never allocated.
+    for len in ["1000000000000000", "18446744073709551615"] {
+        let r = raw(a, &format!("POST /v1/search HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n{{}}"));
+        assert!([400, 413, 431].contains(&r.status), "{len}: {}", r.status);
+        alive(len);
+    }
+    // A head of 100,000 bytes is cut off at 64 KiB (431, unless the reset beats it).
+    let long = "a".repeat(100_000);
+    let r = raw_lossy(
+        a,
+        &format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\nX-Long: {long}\r\n\r\n"),
+    );
+    assert!(
+        r.as_ref().is_none_or(|r| r.status == 431),
+        "{:?}",
+        r.map(|r| r.head)
+    );
+    alive("after a huge head");
+
+    // A web page cannot reach the tokenless server: not by DNS rebinding (a foreign Host),
+    // not by a cross-site POST (a foreign Origin, or a body that is not JSON).
+    let search = r#"{"query": "Kestrel"}"#;
+    let r = raw(a, &format!("POST /v1/search HTTP/1.1\r\nHost: rebind.example:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{search}", a.rsplit(':').next().unwrap(), search.len()));
+    assert_eq!(r.status, 403, "{}", r.body);
+    let twice = read_reply(send(
+        a,
+        "POST",
+        "/v1/search",
+        search,
+        &[("Host", "rebind.example")],
+    ));
+    assert_eq!(twice.status, 400, "two Host headers: {}", twice.body);
+    let page = read_reply(send(
+        a,
+        "POST",
+        "/v1/search",
+        search,
+        &[("Origin", "https://evil.example")],
+    ));
+    assert_eq!(page.status, 403, "{}", page.body);
+    let r = raw(a, &format!("POST /v1/search HTTP/1.1\r\nHost: {a}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{search}", search.len()));
+    assert_eq!(r.status, 415, "{}", r.body);
+
+    // Past serve.max_connections a connection is answered 503 and closed; once the others
+    // leave, the server answers again.
+    let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(a).unwrap()).collect();
+    let mut over = TcpStream::connect(a).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut out = String::new();
+    let _ = over.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    drop(idle);
+    let mut back = call(a, "GET", "/healthz", "");
+    for _ in 0..100 {
+        if back.status == 200 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        back = call(a, "GET", "/healthz", "");
+    }
+    assert_eq!(back.status, 200);
+
+    // A request's path narrows the operator's --path; "**" does not widen it.
+    let everything = call(
+        a,
+        "POST",
+        "/v1/search",
+        r#"{"query": "Kestrel relief valve pressure", "path": "**", "top_k": 10}"#,
+    );
+    assert_eq!(everything.status, 200, "{}", everything.body);
+    let hits = everything.json()["hits"].as_array().unwrap().clone();
+    assert!(!hits.is_empty());
+    for h in &hits {
+        let path = h["path"].as_str().unwrap();
+        assert!(path.ends_with(".md"), "{path} is outside --path docs/*.md");
+    }
+}
+
+#[test]
+fn serve_sheds_idle_and_silent_clients_and_still_drains() {
+    let p = Project::with_docs();
+    p.ingest();
+    let mut srv = start(
+        &p,
+        &[("RAG_SERVE_IO_TIMEOUT_S", "5"), ("RAG_SERVE_THREADS", "2")],
+        &[],
+    );
+    let a = srv.addr.clone();
+    // Clients that declare a body and never send it, or never finish their head: more of
+    // them than there are workers. None holds a worker; each is cut off by the I/O timeout.
+    let silent: Vec<TcpStream> = (0..6)
+        .map(|i| {
+            let mut s = TcpStream::connect(&a).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+            let head = if i % 2 == 0 {
+                format!("POST /v1/search HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n")
+            } else {
+                format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\n")
+            };
+            s.write_all(head.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // Meanwhile a search, which needs a worker, is answered.
+    let found = call(&a, "POST", "/v1/search", r#"{"query": "Kestrel"}"#);
+    assert_eq!(found.status, 200, "{}", found.body);
+    for (i, s) in silent.into_iter().enumerate() {
+        let mut out = Vec::new();
+        let _ = (&s).read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out);
+        if i % 2 == 0 {
+            assert!(text.starts_with("HTTP/1.1 408"), "silent body {i}: {text}");
+        }
+    }
+    assert_eq!(call(&a, "GET", "/healthz", "").status, 200);
+
+    // SIGTERM with a silent client connected: the server still exits 0.
+    let mut lingering = TcpStream::connect(&a).unwrap();
+    lingering.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    unsafe { libc_kill(srv.child.0.id() as i32, 15) };
+    let status = srv.child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn serve_recovers_after_running_out_of_descriptors() {
+    let p = Project::with_docs();
+    p.ingest();
+    // Room for the index and the models, and a few dozen connections beyond them.
+    let srv = start_limited(&p, &[("RAG_SERVE_MAX_CONNECTIONS", "4096")], 128);
+    let a = srv.addr.as_str();
+    assert_eq!(call(a, "GET", "/healthz", "").status, 200);
+    // More connections than descriptors: accepting fails (EMFILE) while they are open.
+    let flood: Vec<TcpStream> = (0..300)
+        .filter_map(|_| {
+            TcpStream::connect_timeout(&a.parse().unwrap(), Duration::from_secs(1)).ok()
+        })
+        .collect();
+    assert!(
+        flood.len() > 128,
+        "only {} connections were made",
+        flood.len()
+    );
+    drop(flood);
+    // Once they are gone the server answers again; it did not stop listening.
+    let mut status = 0;
+    for _ in 0..600 {
+        let s = TcpStream::connect_timeout(&a.parse().unwrap(), Duration::from_secs(1));
+        if let Ok(mut s) = s {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let ok = s.write_all(
+                format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            let mut out = String::new();
+            if ok.is_ok() && s.read_to_string(&mut out).is_ok() && out.starts_with("HTTP/1.1 200") {
+                status = 200;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status, 200, "the server answers after the flood");
 }
 
 extern "C" {
