@@ -46,7 +46,8 @@ pub fn query(base: &Query, args: &Value, key: &str, extra: &[&str]) -> Result<Qu
         );
     }
     if let Some(p) = given("path") {
-        q.filter = retrieve::filter(Some(p.as_str().ok_or("path must be a glob string")?), None);
+        let glob = p.as_str().ok_or("path must be a glob string")?;
+        q.filter = retrieve::narrow(base.filter.as_deref(), retrieve::filter(Some(glob), None));
     }
     Ok(q)
 }
@@ -88,6 +89,16 @@ mod tests {
         assert!(query(&base, &json!({"query": "x", "top_k": 0}), "query", &[]).is_err());
         assert!(query(&base, &json!({"query": "x", "mode": "fuzzy"}), "query", &[]).is_err());
         assert!(query(&base, &json!(["x"]), "query", &[]).is_err());
+        // A request's path narrows the operator's scope; it cannot widen it.
+        let scoped = Query {
+            filter: retrieve::filter(Some("docs/public/**"), None),
+            ..base.clone()
+        };
+        let q = query(&scoped, &json!({"query": "x", "path": "**"}), "query", &[]).unwrap();
+        assert_eq!(
+            q.filter.as_deref(),
+            Some("(path LIKE 'docs/public/%') AND (path LIKE '%')")
+        );
         let unset = json!({"query": "x", "top_k": null, "mode": null, "path": null});
         let q = query(&base, &unset, "query", &[]).unwrap();
         assert_eq!((q.top_k, q.mode), (5, None), "null is not given");

@@ -286,7 +286,7 @@ fn resources(e: &Engine) -> Result<ListResourcesResult, McpError> {
     let root = &e.answerer.settings().root;
     let files = e
         .answerer
-        .indexed_files()
+        .indexed_files(e.base.filter.as_deref())
         .map_err(|err| McpError::internal_error(format!("{err:#}"), None))?;
     let list = files
         .iter()
@@ -322,7 +322,7 @@ fn read_resource(e: &Engine, uri: &str) -> Result<ReadResourceResult, McpError> 
         .ok_or_else(not_found)?;
     let text = e
         .answerer
-        .indexed_text(&path)
+        .indexed_text(&path, e.base.filter.as_deref())
         .map_err(|err| McpError::internal_error(format!("{err:#}"), None))?
         .ok_or_else(not_found)?;
     Ok(ReadResourceResult::new(vec![ResourceContents::text(

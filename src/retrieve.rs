@@ -252,6 +252,16 @@ pub fn filter(path_glob: Option<&str>, where_sql: Option<&str>) -> Option<String
     (!parts.is_empty()).then(|| parts.join(" AND "))
 }
 
+/// `scope` narrowed by `more`: both must hold. A request's `path` narrows the scope the
+/// operator started a server or batch with (`--path`, `--where`); it never replaces it.
+pub fn narrow(scope: Option<&str>, more: Option<String>) -> Option<String> {
+    match (scope, more) {
+        (Some(s), Some(m)) => Some(format!("({s}) AND ({m})")),
+        (Some(s), None) => Some(s.to_string()),
+        (None, m) => m,
+    }
+}
+
 /// Retrieves up to `k` spans for `query`. Each retriever is asked for more than `k`, since
 /// fusion and merging need candidates from both lists.
 pub fn retrieve(
@@ -283,7 +293,7 @@ pub fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Rank
     let mut out = ranked.to_vec();
     for r in out.iter_mut().take(n) {
         let chunks: Vec<Hit> = store
-            .chunks_of(&r.hit.path)?
+            .chunks_of(&r.hit.path, None)?
             .into_iter()
             .map(|c| Hit {
                 id: String::new(),

@@ -213,8 +213,12 @@ impl Retriever {
         Ok(true)
     }
 
-    /// The indexed files (paths relative to the project root), sorted.
-    pub fn files(&self) -> Result<Vec<String>> {
+    /// The indexed files (paths relative to the project root) within `scope` (a filter, as
+    /// `--path`/`--where` make), sorted.
+    pub fn files(&self, scope: Option<&str>) -> Result<Vec<String>> {
+        if let Some(scope) = scope {
+            return self.store().paths_within(scope);
+        }
         let mut files: Vec<String> = self
             .store()
             .file_states()?
@@ -226,9 +230,10 @@ impl Retriever {
         Ok(files)
     }
 
-    /// The text the index holds for `path` (its chunks in line order), if it is indexed.
-    pub fn file_text(&self, path: &str) -> Result<Option<String>> {
-        let chunks = self.store().chunks_of(path)?;
+    /// The text the index holds for `path` (its chunks in line order, those within `scope`),
+    /// if it is indexed and within it.
+    pub fn file_text(&self, path: &str, scope: Option<&str>) -> Result<Option<String>> {
+        let chunks = self.store().chunks_of(path, scope)?;
         Ok((!chunks.is_empty()).then(|| {
             chunks
                 .iter()

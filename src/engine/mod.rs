@@ -202,13 +202,13 @@ impl Answerer {
     }
 
     /// The indexed files, relative to the project root (what `rag mcp` lists as resources).
-    pub fn indexed_files(&self) -> Result<Vec<String>> {
-        self.retriever.files()
+    pub fn indexed_files(&self, scope: Option<&str>) -> Result<Vec<String>> {
+        self.retriever.files(scope)
     }
 
     /// The text the index holds for one indexed file.
-    pub fn indexed_text(&self, path: &str) -> Result<Option<String>> {
-        self.retriever.file_text(path)
+    pub fn indexed_text(&self, path: &str, scope: Option<&str>) -> Result<Option<String>> {
+        self.retriever.file_text(path, scope)
     }
 
     /// Routes and packs the prompt for `ranked`, loading the chosen generator.

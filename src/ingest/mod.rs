@@ -599,7 +599,7 @@ fn reusable(
             .get(t.hash.as_str())
             .filter(|src| **src != t.file.rel)
         {
-            let rows = store.chunks_of(src)?;
+            let rows = store.chunks_of(src, None)?;
             if !rows.is_empty() {
                 reuse.insert(t.file.rel.clone(), rows);
             }

@@ -652,20 +652,37 @@ impl Store {
         })
     }
 
-    /// The chunks stored for `path`, in line order, with their vectors.
-    pub fn chunks_of(&self, path: &str) -> Result<Vec<StoredChunk>> {
+    /// The paths of the files with a chunk that `scope` (a filter as `retrieve::filter`
+    /// writes it) admits, sorted.
+    pub fn paths_within(&self, scope: &str) -> Result<Vec<String>> {
         let batches = fetch(
             self.chunks
                 .query()
-                .only_if(format!("path = {}", sql_str(path)))
-                .select(Select::columns(&[
-                    "heading",
-                    "line_start",
-                    "line_end",
-                    "text",
-                    "vector",
-                ])),
+                .only_if(scope)
+                .select(Select::columns(&["path"])),
         )?;
+        let mut paths = std::collections::BTreeSet::new();
+        for b in &batches {
+            let col = column(b, "chunks", "path")?.as_string::<i32>();
+            paths.extend(col.iter().flatten().map(String::from));
+        }
+        Ok(paths.into_iter().collect())
+    }
+
+    /// The chunks stored for `path` that `scope` admits (all of them without one), in line
+    /// order, with their vectors.
+    pub fn chunks_of(&self, path: &str, scope: Option<&str>) -> Result<Vec<StoredChunk>> {
+        let only = match scope {
+            Some(s) => format!("path = {} AND ({s})", sql_str(path)),
+            None => format!("path = {}", sql_str(path)),
+        };
+        let batches = fetch(self.chunks.query().only_if(only).select(Select::columns(&[
+            "heading",
+            "line_start",
+            "line_end",
+            "text",
+            "vector",
+        ])))?;
         let mut out = Vec::new();
         for b in &batches {
             let col = |name: &str| column(b, "chunks", name);

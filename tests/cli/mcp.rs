@@ -19,6 +19,48 @@ fn an_agent_can_list_and_call_search_and_ask_over_mcp() {
     resources(&replies);
     errors(&replies);
     piped(&p);
+    scoped(&p);
+}
+
+/// `rag mcp --path GLOB`: the resources and every tool call stay within the glob, whatever
+/// path a call asks for.
+fn scoped(p: &Project) {
+    let pdf = format!("file://{}/docs/pump-manual.pdf", p.path().display());
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"script","version":"1"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":2,"method":"resources/list"}"#.to_string(),
+        format!(r#"{{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{{"uri":"{pdf}"}}}}"#),
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"search","arguments":{"query":"Kestrel relief valve pressure","path":"**","top_k":10}}}"#.to_string(),
+    ];
+    let out = p
+        .rag()
+        .args(["mcp", "--path", "docs/*.md"])
+        .write_stdin(lines.join("\n") + "\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let replies: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_id = |id: i64| replies.iter().find(|r| r["id"] == id).cloned().unwrap();
+    let listed = by_id(2)["result"]["resources"].to_string();
+    assert!(listed.contains("docs/orbital-station.md"), "{listed}");
+    assert!(!listed.contains("pump-manual.pdf"), "{listed}");
+    assert_eq!(by_id(3)["error"]["code"], -32002, "{}", by_id(3));
+    let hits = by_id(4)["result"]["structuredContent"]["hits"].clone();
+    let paths: Vec<&str> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| p.ends_with(".md")),
+        "{paths:?}"
+    );
 }
 
 /// A script that writes its requests and closes stdin at once still gets every answer: the
