@@ -7,8 +7,12 @@
 //! reads stdin. Output: one JSON object per question on stdout, in input order, as
 //! `ask --json` prints it plus `id` (the given one, or the line number); a question that
 //! fails gets `{"id", "question", "error", "exit"}` and the rest go on.
+//!
+//! The input is read a window of questions at a time, never whole: `yes q | rag ask --batch -`
+//! answers forever in constant memory, and a line that is not UTF-8 or is over
+//! [`MAX_LINE`] bytes fails alone.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -40,22 +44,96 @@ struct Item {
     query: Result<Query, String>,
 }
 
-/// Reads the batch: all of it first, so a slow model never holds a pipe's writer back.
-fn read_input(file: &Path) -> Result<String> {
-    let mut text = String::new();
+/// The longest input line read; a question is a sentence, and a longer line is refused
+/// alone instead of growing without bound.
+const MAX_LINE: usize = 64 * 1024;
+
+/// The questions, one line at a time.
+fn open_input(file: &Path) -> Result<Box<dyn BufRead>> {
     if file.as_os_str() == "-" {
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading questions from stdin")?;
-    } else {
-        text = std::fs::read_to_string(file).map_err(|e| {
-            ExitError::usage(format!(
-                "batch file {}: {e} (give one question per line, or - for stdin)",
-                file.display()
-            ))
-        })?;
+        return Ok(Box::new(BufReader::new(std::io::stdin())));
     }
-    Ok(text)
+    let f = std::fs::File::open(file).map_err(|e| {
+        ExitError::usage(format!(
+            "batch file {}: {e} (give one question per line, or - for stdin)",
+            file.display()
+        ))
+    })?;
+    if f.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(ExitError::usage(format!(
+            "batch file {} is a folder; give a file with one question per line, or - for stdin",
+            file.display()
+        )));
+    }
+    Ok(Box::new(BufReader::new(f)))
+}
+
+/// Reads up to `n` non-blank lines as items; `line_no` counts every line read so far. An
+/// empty result is the end of the input.
+fn next_items(
+    input: &mut dyn BufRead,
+    n: usize,
+    line_no: &mut usize,
+    base: &Query,
+) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut buf = Vec::new();
+    while items.len() < n {
+        buf.clear();
+        let read = (&mut *input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)
+            .context("reading the batch's questions")?;
+        if read == 0 {
+            break;
+        }
+        *line_no += 1;
+        let too_long = buf.len() > MAX_LINE && buf.last() != Some(&b'\n');
+        if too_long {
+            // The rest of the line goes unread into the void, a bounded piece at a time.
+            skip_line(input)?;
+            items.push(refused(
+                *line_no,
+                format!("line {line_no} is over {MAX_LINE} bytes; a question is one line of text"),
+            ));
+            continue;
+        }
+        match std::str::from_utf8(&buf) {
+            Ok(l) if l.trim().is_empty() => {}
+            Ok(l) => items.push(item(*line_no, l.trim(), base)),
+            Err(e) => items.push(refused(
+                *line_no,
+                format!("line {line_no} is not UTF-8 text ({e}); save the questions as UTF-8"),
+            )),
+        }
+    }
+    Ok(items)
+}
+
+/// Reads and drops the rest of the current line.
+fn skip_line(input: &mut dyn BufRead) -> Result<()> {
+    loop {
+        let (done, used) = {
+            let chunk = input.fill_buf().context("reading the batch's questions")?;
+            match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (chunk.is_empty(), chunk.len()),
+            }
+        };
+        input.consume(used);
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// A line that could not be read as a question.
+fn refused(n: usize, message: String) -> Item {
+    Item {
+        id: Value::from(n),
+        question: String::new(),
+        query: Err(message),
+    }
 }
 
 fn item(n: usize, line: &str, base: &Query) -> Item {
@@ -99,7 +177,8 @@ fn item(n: usize, line: &str, base: &Query) -> Item {
             q.mode = Some(m);
         }
         if let Some(g) = &parsed.path {
-            q.filter = retrieve::filter(Some(g), None);
+            // Narrows the batch's --path/--where; a line cannot widen them.
+            q.filter = retrieve::narrow(q.filter.as_deref(), retrieve::filter(Some(g), None));
         }
         if q.text.trim().is_empty() {
             return Err(format!("line {n}: the question is empty"));
@@ -125,25 +204,23 @@ fn failure(item: &Item, message: String, exit: Exit) -> Value {
 /// Answers every question of `file`; exit 0 when each got an answer or abstained, 1 when any
 /// failed (each failure is in its own object).
 pub fn run(engine: &Answerer, file: &Path, base: &Query, ui: &Ui) -> Result<Exit> {
-    let text = read_input(file)?;
-    let items: Vec<Item> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| item(i + 1, l.trim(), base))
-        .collect();
-    let bar = ui.progress(items.len() as u64, "questions");
-    let mut failed = 0;
+    let mut input = open_input(file)?;
+    let bar = ui.spinner("answering the batch");
+    let (mut asked, mut failed, mut line_no) = (0, 0, 0);
     // Windows of a few times llm.parallel: answers print in input order as each window ends,
     // and the sequences stay busy within it.
     let window = engine.settings().llm.parallel.max(1) * 4;
-    for chunk in items.chunks(window) {
+    loop {
+        let chunk = next_items(&mut *input, window, &mut line_no, base)?;
+        if chunk.is_empty() {
+            break;
+        }
         let valid: Vec<Query> = chunk
             .iter()
             .filter_map(|it| it.query.clone().ok())
             .collect();
         let mut answers = engine.answer_many(&valid, ui).into_iter();
-        for it in chunk {
+        for it in &chunk {
             let out = match &it.query {
                 Err(message) => failure(it, message.clone(), Exit::Usage),
                 Ok(_) => match answers.next().expect("one answer per valid question") {
@@ -160,19 +237,50 @@ pub fn run(engine: &Answerer, file: &Path, base: &Query, ui: &Ui) -> Result<Exit
             if out.get("error").is_some() {
                 failed += 1;
             }
+            asked += 1;
             bar.suspend(|| ui.json(&out))?;
-            bar.inc(1);
+            bar.set_message(format!("answering the batch: {asked} done"));
         }
     }
     bar.finish_and_clear();
     ui.info(&format!(
-        "{} questions, {} answered or abstained, {failed} failed",
-        items.len(),
-        items.len() - failed
+        "{asked} questions, {} answered or abstained, {failed} failed",
+        asked - failed
     ));
     Ok(if failed == 0 {
         Exit::Success
     } else {
         Exit::Failure
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_a_window_at_a_time_and_a_bad_one_fails_alone() {
+        let mut input = b"first?\n\n\xff\xfe broken\n".to_vec();
+        input.extend(vec![b'x'; MAX_LINE + 10]);
+        input.extend(b"\n{\"question\": \"json?\", \"id\": \"j\"}\r\nlast?");
+        let mut r: &[u8] = &input;
+        let base = Query::default();
+        let mut line_no = 0;
+        let first = next_items(&mut r, 2, &mut line_no, &base).unwrap();
+        assert_eq!(first.len(), 2, "the blank line is skipped, not counted");
+        assert_eq!(first[0].query.as_ref().unwrap().text, "first?");
+        let e = first[1].query.as_ref().unwrap_err();
+        assert!(e.starts_with("line 3 is not UTF-8"), "{e}");
+        let rest = next_items(&mut r, 10, &mut line_no, &base).unwrap();
+        assert_eq!(rest.len(), 3);
+        let e = rest[0].query.as_ref().unwrap_err();
+        assert!(e.starts_with("line 4 is over 65536 bytes"), "{e}");
+        assert_eq!(rest[1].id, Value::from("j"));
+        assert_eq!(rest[1].query.as_ref().unwrap().text, "json?");
+        assert_eq!(rest[2].query.as_ref().unwrap().text, "last?");
+        assert_eq!(rest[2].id, Value::from(6));
+        assert!(next_items(&mut r, 10, &mut line_no, &base)
+            .unwrap()
+            .is_empty());
+    }
 }

@@ -89,9 +89,19 @@ impl Answerer {
             .iter()
             .map(|t| (AnswerStream::new(t, add), String::new()))
             .collect();
+        // A question whose prompt cannot be tokenized or started fails alone.
         let mut jobs = Vec::new();
-        for (r, state) in group.iter().zip(states.iter_mut()) {
-            let prompt = llm.chat_tokens(&r.prep.packed.messages)?;
+        let mut answers: Vec<Option<Result<Answer>>> = group.iter().map(|_| None).collect();
+        let mut asked = Vec::new();
+        for (k, (r, state)) in group.iter().zip(states.iter_mut()).enumerate() {
+            let prompt = match llm.chat_tokens(&r.prep.packed.messages) {
+                Ok(p) => p,
+                Err(e) => {
+                    answers[k] = Some(Err(e));
+                    continue;
+                }
+            };
+            asked.push(k);
             jobs.push(Job {
                 prompt,
                 on_piece: Box::new(move |piece: &str| match state.0.push(piece) {
@@ -105,20 +115,29 @@ impl Answerer {
         }
         let parallel = self.settings.llm.parallel;
         let done = llm.generate_many(&params, parallel, &self.settings.sampling(), jobs)?;
-        let mut answers = Vec::new();
-        for ((r, (mut stream, mut raw)), d) in group.iter().zip(states).zip(done) {
-            let mut decode = d.decode;
-            settle(&mut stream, &mut raw, &mut decode);
-            answers.push(Ok(self.checked(
-                &qs[r.i].text,
-                &r.prep,
-                r.sources.clone(),
-                &raw,
-                (&d.prefill, &decode, stream.added_citations()),
-                r.timings.clone(),
-                r.started,
-            )));
+        let mut states: Vec<Option<(AnswerStream, String)>> =
+            states.into_iter().map(Some).collect();
+        for (k, d) in asked.into_iter().zip(done) {
+            let r = group[k];
+            let (mut stream, mut raw) = states[k].take().expect("one state per question");
+            answers[k] = Some(d.map(|d| {
+                let mut decode = d.decode;
+                settle(&mut stream, &mut raw, &mut decode);
+                self.checked(
+                    &qs[r.i].text,
+                    &r.prep,
+                    r.sources.clone(),
+                    &raw,
+                    (&d.prefill, &decode, stream.added_citations()),
+                    r.timings.clone(),
+                    r.started,
+                )
+            }));
         }
+        let answers = answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(anyhow!("not answered"))))
+            .collect();
         Ok(answers)
     }
 

@@ -67,19 +67,21 @@ impl Slot<'_> {
 
 impl Llm {
     /// Generates an answer for every job, up to `parallel` at a time in one context of
-    /// `parallel` sequences of `p.n_ctx` tokens each; results in the jobs' order.
+    /// `parallel` sequences of `p.n_ctx` tokens each; results in the jobs' order. A job whose
+    /// prompt cannot start (too long for a sequence) fails alone; a failure of the shared
+    /// context fails them all.
     pub fn generate_many(
         &self,
         p: &ContextParams,
         parallel: usize,
         s: &Sampling,
         jobs: Vec<Job<'_>>,
-    ) -> Result<Vec<Done>> {
+    ) -> Result<Vec<Result<Done>>> {
         let n = jobs.len();
         let n_seq = parallel.clamp(1, n.max(1));
         let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq)?;
         let mut pending: VecDeque<(usize, Job)> = jobs.into_iter().enumerate().collect();
-        let mut results: Vec<Option<Done>> = vec![None; n];
+        let mut results: Vec<Option<Result<Done>>> = (0..n).map(|_| None).collect();
         let mut free: Vec<i32> = (0..n_seq as i32).rev().collect();
         // Each running slot with the token sampled for it and not yet processed.
         let mut running: Vec<(Slot, LlamaToken)> = Vec::new();
@@ -88,10 +90,18 @@ impl Llm {
             while let (Some(_), false) = (free.last(), pending.is_empty()) {
                 let seq = free.pop().expect("checked");
                 let (job, j) = pending.pop_front().expect("checked");
-                let mut slot =
-                    self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, job, j, s)?;
-                let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
-                running.push((slot, first));
+                match self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, job, j, s) {
+                    Ok(mut slot) => {
+                        let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
+                        running.push((slot, first));
+                    }
+                    Err(e) => {
+                        // The sequence is free again for the next job, empty.
+                        let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+                        free.push(seq);
+                        results[job] = Some(Err(e));
+                    }
+                }
             }
             if running.is_empty() {
                 break;
@@ -105,7 +115,7 @@ impl Llm {
                         free.push(slot.seq);
                         let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
                         let job = slot.job;
-                        results[job] = Some(slot.finish(stop));
+                        results[job] = Some(Ok(slot.finish(stop)));
                     }
                     None => {
                         batch.add(token, slot.pos as i32, &[slot.seq], true)?;
@@ -123,7 +133,10 @@ impl Llm {
                 }
             }
         }
-        Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(anyhow!("not generated"))))
+            .collect())
     }
 
     /// One context of `n_seq` sequences of `p.n_ctx` tokens each; with the tokens per
