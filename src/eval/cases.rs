@@ -10,15 +10,17 @@ use serde::Deserialize;
 
 use crate::exit::ExitError;
 
-/// One question and what a right answer draws on.
+/// One question and what a right answer draws on. Every string is charged to the parse's
+/// [`budget`], so YAML aliases cannot expand a small file into gigabytes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Case {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "budget::maybe")]
     pub id: Option<String>,
     /// Free-form label (howto, symptom, lookup, followup…), reported per kind.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "budget::maybe")]
     pub kind: Option<String>,
+    #[serde(deserialize_with = "budget::text")]
     pub question: String,
     /// File names, paths or globs, each optionally with `:START-END` lines.
     #[serde(deserialize_with = "one_or_many")]
@@ -27,7 +29,7 @@ pub struct Case {
     #[serde(default, deserialize_with = "one_or_many")]
     pub answer_contains: Vec<String>,
     /// Earlier questions of the same conversation, oldest first (follow-up cases).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "one_or_many")]
     pub history: Vec<String>,
 }
 
@@ -38,10 +40,56 @@ fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D:
         One(String),
         Many(Vec<String>),
     }
-    Ok(match OneOrMany::deserialize(d)? {
+    let v = match OneOrMany::deserialize(d)? {
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,
-    })
+    };
+    budget::charge(v.iter().map(|s| s.len()).sum::<usize>() + v.len())?;
+    Ok(v)
+}
+
+/// How much text one parse may hold. serde_yaml bounds alias jumps at 100 per event, which
+/// still lets a 1 MB file that aliases one long list from every case expand to ~22 GB; so
+/// each string a case keeps is charged here, against a budget proportional to the file,
+/// and the parse fails (naming the aliases) instead of exhausting memory.
+mod budget {
+    use std::cell::Cell;
+
+    use serde::de::{Deserialize, Deserializer, Error};
+
+    thread_local! {
+        static LEFT: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+
+    /// Bytes of text (plus one per string) that parsing `text` may keep: what the file
+    /// holds sixteen times over, at least 16 MiB.
+    pub fn set_for(text: &str) {
+        LEFT.with(|l| l.set(text.len().saturating_mul(16).max(16 << 20)));
+    }
+
+    pub fn charge<E: Error>(bytes: usize) -> Result<(), E> {
+        LEFT.with(|l| match l.get().checked_sub(bytes) {
+            Some(left) => {
+                l.set(left);
+                Ok(())
+            }
+            None => Err(E::custom(
+                "the cases expand to more text than the file could hold sixteen times over, through YAML aliases (*name): write the repeated lists out, or alias fewer of them",
+            )),
+        })
+    }
+
+    pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+        let s = String::deserialize(d)?;
+        charge(s.len() + 1)?;
+        Ok(s)
+    }
+
+    pub fn maybe<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        charge(s.as_ref().map_or(0, |s| s.len() + 1))?;
+        Ok(s)
+    }
 }
 
 /// An expected source: which files, and optionally which lines of them.
@@ -142,6 +190,7 @@ pub fn load(path: &Path) -> Result<Vec<Compiled>> {
 
 /// [`load`] on text; errors start with `LINE:COLUMN: ` when YAML gives a position.
 pub fn parse(text: &str) -> Result<Vec<Compiled>, String> {
+    budget::set_for(text);
     let cases: Vec<Case> = serde_yaml::from_str(text).map_err(|e| match e.location() {
         Some(l) => format!("{}:{}: {e}", l.line(), l.column()),
         None => format!(" {e}"),
@@ -185,6 +234,30 @@ pub fn parse(text: &str) -> Result<Vec<Compiled>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aliases_cannot_expand_a_small_file_past_its_budget() {
+        let long: Vec<String> = (0..1000).map(|i| format!("  - \"{i:0>98}\"")).collect();
+        let mut yaml = format!(
+            "- question: q0\n  expect_sources: a.md\n  answer_contains: &big\n{}\n",
+            long.join("\n")
+        );
+        for i in 1..2000 {
+            yaml.push_str(&format!(
+                "- question: q{i}\n  expect_sources: a.md\n  answer_contains: *big\n"
+            ));
+        }
+        assert!(yaml.len() < 250_000, "a small file: {} bytes", yaml.len());
+        let e = parse(&yaml).unwrap_err();
+        assert!(e.contains("YAML aliases"), "{e}");
+        // A few aliases within the budget are fine.
+        let few = yaml
+            .lines()
+            .take(1003 + 3 * 20)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(parse(&few).unwrap().len(), 21);
+    }
 
     #[test]
     fn yaml_errors_carry_line_and_column() {
