@@ -34,11 +34,13 @@ test: setup
 lint:
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
 
-# The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25) and the
-# property tests (proptest, src/fuzz.rs) with 120,000 cases each instead of 150: over 10 minutes.
-stress: setup
+# The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25), the
+# property tests (proptest, src/fuzz.rs) with 120,000 cases each instead of 150, and a
+# 2-minute soak of `rag serve` against hostile clients (scripts/serve_soak.py): over 12 minutes.
+stress: build
 	RAG_FUZZ_CASES=120000 $(CARGO) test --release --locked --lib fuzz
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
+	scripts/serve_soak.sh
 
 # Remote backends against a real llama-server, built from llama.cpp's source on first use
 # (scripts/llama-server.sh; up to 70 minutes on 2 cores the first time), and an index on
