@@ -26,8 +26,11 @@ demo: build
 	$(RAG) ingest corpus
 	$(RAG) ask --stats "$(QUESTION)"
 
+# The object-storage tests run against moto's S3 server (scripts/s3-server.sh: a pip install
+# the first time, then seconds); test-remote adds the llama-server ones, which need a build.
 test: setup
 	$(CARGO) test --release --locked
+	RAG_S3_SERVER=$$(scripts/s3-server.sh) $(CARGO) test --release --locked --test cli -- --ignored object_storage::
 
 # Clippy over every target, warnings as errors. Its first run checks every dependency
 # (about 15 minutes on 2 cores); later runs take seconds.
