@@ -216,10 +216,18 @@ struct Target {
     /// The local folder for failure records (the new one, in a folder rebuild).
     records: PathBuf,
     _lock: Option<IngestLock>,
-    _lease: Option<Lease>,
+    lease: Option<Lease>,
 }
 
-fn target(settings: &Settings, opts: &IngestOptions) -> Result<Target> {
+impl Target {
+    /// Fails when a remote index's lock was lost to another machine: nothing more may be
+    /// written (a folder's flock cannot be lost).
+    fn still_locked(&self) -> Result<()> {
+        self.lease.as_ref().map_or(Ok(()), Lease::check)
+    }
+}
+
+fn target(settings: &Settings, opts: &IngestOptions, ui: &Ui) -> Result<Target> {
     let loc = Location::of(&settings.index)?;
     let state = settings.index.state_dir();
     let lock = if opts.dry_run {
@@ -229,7 +237,7 @@ fn target(settings: &Settings, opts: &IngestOptions) -> Result<Target> {
     };
     // A remote index is shared by machines: its lock is an object beside the tables.
     let lease = match (&loc, opts.dry_run) {
-        (Location::Remote(r), false) => Some(Lease::acquire(r)?),
+        (Location::Remote(r), false) => Some(Lease::acquire(r, &|m: &str| ui.warn(m))?),
         _ => None,
     };
     let (target, records) = match (&loc, opts.rebuild) {
@@ -251,7 +259,7 @@ fn target(settings: &Settings, opts: &IngestOptions) -> Result<Target> {
         target,
         records,
         _lock: lock,
-        _lease: lease,
+        lease,
     })
 }
 
@@ -262,7 +270,7 @@ pub fn run(
     ui: &Ui,
 ) -> Result<Report> {
     let started = Instant::now();
-    let t = target(settings, opts)?;
+    let t = target(settings, opts, ui)?;
     let root = std::fs::canonicalize(&settings.root).unwrap_or_else(|_| settings.root.clone());
     // An index in a bucket is shared by design: each machine's checkout is its root.
     if !t.loc.is_remote() {
@@ -350,9 +358,11 @@ fn apply(
     let reuse = reusable(&work.todo, &work.states, &store)?;
     if !work.removed.is_empty() {
         let removed: Vec<&str> = work.removed.iter().map(String::as_str).collect();
+        t.still_locked()?;
         report.chunks_deleted += store.remove_files(&removed)?;
     }
     let mut w = Writer {
+        target: t,
         store: &store,
         embedder: &mut embedder,
         failed,
@@ -361,6 +371,7 @@ fn apply(
     w.index(work.todo, reuse, &work.states, settings, ui)?;
     failed.save()?;
     if report.chunks_written > 0 || report.chunks_deleted > 0 || report.files_removed > 0 {
+        t.still_locked()?;
         tidy(&mut store, &settings.index, ui)?;
     }
     Ok(())
@@ -610,6 +621,7 @@ fn reusable(
 
 /// What the indexing loop writes to.
 struct Writer<'a> {
+    target: &'a Target,
     store: &'a Store,
     embedder: &'a mut Embedder,
     failed: &'a mut failed::Failed,
@@ -687,7 +699,8 @@ impl Writer<'_> {
 
     /// Commits the pending files and adds what it did to the report.
     fn flush(&mut self, pending: &mut Vec<Pending>, old_chunks: &HashMap<&str, u32>) -> Result<()> {
-        let c = commit(self.store, self.embedder, pending, old_chunks)?;
+        // Embedding took a while: a lock lost meanwhile stops the ingest before it writes.
+        let c = commit(self.store, self.embedder, pending, old_chunks, self.target)?;
         let r = &mut *self.report;
         r.embed_tokens += c.tokens;
         r.embed_padding_tokens += c.padding.0;
@@ -784,6 +797,7 @@ fn commit(
     embedder: &mut Embedder,
     pending: &mut Vec<Pending>,
     old_chunks: &HashMap<&str, u32>,
+    target: &Target,
 ) -> Result<Committed> {
     let texts: Vec<String> = pending
         .iter()
@@ -826,6 +840,7 @@ fn commit(
         .map(|f| f.path.as_str())
         .filter(|p| old_chunks.contains_key(p))
         .collect();
+    target.still_locked()?;
     store.replace_files(&files, &recorded, &rows)?;
     let replaced = files
         .iter()

@@ -186,7 +186,7 @@ pub fn refused(
             return Some((
                 415,
                 format!(
-                    "Content-Type {ct:?} is not JSON: send the body with Content-Type: application/json"
+                    "Content-Type {ct:?} is not JSON: send the body with Content-Type: application/json (curl: --json)"
                 ),
             ));
         }

@@ -1,6 +1,6 @@
 //! An index on object storage (`index.dir = "s3://…"`): against moto's S3-compatible server,
-//! installed from PyPI by scripts/s3-server.sh and started here on 127.0.0.1. Ignored in
-//! `make test`; `make test-remote` sets RAG_S3_SERVER and runs them.
+//! installed from PyPI by scripts/s3-server.sh and started here on 127.0.0.1. Ignored by a
+//! plain `cargo test`; `make test` and `make test-remote` set RAG_S3_SERVER and run them.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -165,30 +165,20 @@ fn an_index_in_a_bucket_ingests_searches_answers_and_reingests_incrementally() {
 
 #[test]
 #[ignore = "needs moto's S3 server: make test-remote"]
-fn a_killed_ingest_holds_the_lock_until_it_goes_stale_and_the_next_one_finishes_its_work() {
+fn a_killed_ingest_holds_the_lock_until_it_stands_still_and_the_next_one_finishes_its_work() {
     let server = s3_server();
     let s3 = S3Project::new(&server, "crash");
-    // Killed right after its first commit: the lock object stays, with a fresh heartbeat.
+    // Killed right after its first commit: the lock object stays, never released. Its
+    // timestamps say it beat a moment ago; the next ingest does not trust them, it watches
+    // the lock on its own clock (2 s here instead of 90) and takes it over once unchanged.
     let (code, _, err) = s3.run(&[("RAG_TEST_CRASH_AT", "1")], &["ingest", "docs"]);
     assert_ne!(code, 0, "{err}");
-    let (code, _, err) = s3.run(&[], &["ingest", "docs"]);
-    assert_eq!(code, 2, "a live-looking lock refuses: {err}");
-    assert!(
-        err.contains("another `rag ingest`") && err.contains("pid"),
-        "{err}"
-    );
-    assert!(
-        err.contains("s3://rag-test/crash"),
-        "names the index: {err}"
-    );
-
-    // Once stale (shortened here from 90 s), the next ingest takes over and completes.
-    std::thread::sleep(Duration::from_secs(3));
     let (code, out, err) = s3.run(
         &[("RAG_TEST_LEASE_STALE_S", "2")],
         &["ingest", "--json", "docs"],
     );
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("took over an ingest lock"), "{err}");
     assert!(out.contains("files_added"), "{out}");
 
     // The same files ingested fresh elsewhere give the same chunks: nothing lost or doubled.
@@ -250,6 +240,84 @@ fn two_machines_ingesting_at_once_never_duplicate_a_file() {
     assert_eq!(
         b.json(&["status", "--json"])["files"],
         fresh.json(&["status", "--json"])["files"]
+    );
+}
+
+/// `rag ingest --json docs` in `s3`'s checkout, started and left running.
+fn spawn_ingest(s3: &S3Project, extra: &[(&str, &str)]) -> std::process::Child {
+    Command::new(assert_cmd::cargo::cargo_bin("rag"))
+        .current_dir(s3.p.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(s3.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(extra.iter().copied())
+        .args(["ingest", "--json", "docs"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs moto's S3 server: make test-remote"]
+fn an_ingest_that_lost_its_lock_stops_before_its_next_commit() {
+    let server = s3_server();
+    let slow = S3Project::new(&server, "lost");
+    let other = S3Project::new(&server, "lost");
+    // A slow writer (3 s before each commit, its lock deemed stale after 2 s on the other
+    // machine's clock)...
+    let a = spawn_ingest(&slow, &[("RAG_TEST_COMMIT_DELAY_MS", "3000")]);
+    // ...whose lock the other machine takes over once it stood still, then ingests.
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, _, err) = other.run(&[("RAG_TEST_LEASE_STALE_S", "2")], &["ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("took over an ingest lock"), "{err}");
+    let a = a.wait_with_output().unwrap();
+    let a_err = String::from_utf8_lossy(&a.stderr);
+    assert_eq!(a.status.code(), Some(2), "{a_err}");
+    assert!(a_err.contains("lost the lock"), "{a_err}");
+    // Its exit did not free the lock it no longer held: a third ingest sees it released by
+    // its real holder, and one copy of each file is indexed.
+    let (code, _, err) = other.run(&[], &["ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    let fresh = S3Project::new(&server, "lost-fresh");
+    fresh.json(&["ingest", "--json", "docs"]);
+    assert_eq!(other.chunks(), fresh.chunks());
+}
+
+#[test]
+#[ignore = "needs moto's S3 server: make test-remote"]
+fn a_live_lock_is_not_taken_over_whatever_its_holders_clock_says() {
+    let server = s3_server();
+    let a_side = S3Project::new(&server, "skew");
+    let b_side = S3Project::new(&server, "skew");
+    // A writer whose clock is an hour slow, beating every 0.33 s, 4 s before its commit.
+    let a = spawn_ingest(
+        &a_side,
+        &[
+            ("RAG_TEST_CLOCK_SKEW_S", "-3600"),
+            ("RAG_TEST_LEASE_STALE_S", "2"),
+            ("RAG_TEST_COMMIT_DELAY_MS", "4000"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    // By its timestamps the lock is an hour stale; by its ETag it is alive: refused.
+    let (code, _, err) = b_side.run(&[("RAG_TEST_LEASE_STALE_S", "2")], &["ingest", "docs"]);
+    assert!(
+        !err.contains("took over"),
+        "a live lock was taken over: {err}"
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("another `rag ingest`") && err.contains("pid"),
+        "{err}"
+    );
+    let a = a.wait_with_output().unwrap();
+    assert_eq!(
+        a.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
     );
 }
 
