@@ -25,17 +25,7 @@ mkdir -p "$src" "$home/bin"
 sdist=$src/llama_cpp_python-$version.tar.gz
 if [[ ! -s $sdist ]]; then
   say "fetching llama-cpp-python $version's source with pip"
-  # By package name through pip, so a user's index mirror and proxy apply. pip reads the
-  # sdist's metadata with its build backend, installed first into a venv of our own with
-  # build isolation off (otherwise pip would build the backend from source too).
-  python3 -m venv "$home/venv"
-  "$home/venv/bin/pip" install -q scikit-build-core >&2
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  "$home/venv/bin/pip" download -q --no-deps --no-binary :all: --no-build-isolation \
-    "llama-cpp-python==$version" -d "$tmp" >&2 \
-    || { say "pip could not download llama-cpp-python==$version: check that PyPI is reachable (pip config, proxy)"; exit 1; }
-  mv "$tmp/llama_cpp_python-$version.tar.gz" "$sdist"
+  "$(dirname "${BASH_SOURCE[0]}")/llama-sdist.sh" "$version" "$sdist"
 fi
 tree=$src/llama_cpp_python-$version/vendor/llama.cpp
 [[ -f $tree/CMakeLists.txt ]] || tar -xzf "$sdist" -C "$src"

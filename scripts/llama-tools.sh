@@ -40,20 +40,13 @@ if [[ -x $out/bin/llama-bench && -x $out/bin/llama-quantize ]]; then
 fi
 mkdir -p "$home"
 
-# The tools' sources: llama-cpp-python's sdist, which vendors a whole llama.cpp. pip needs
-# the sdist's build backend to read its metadata, so it is installed first into a venv of
-# our own and build isolation is turned off (otherwise pip would build the backend from
-# source too, under --no-binary).
+# The tools' sources: llama-cpp-python's sdist, which vendors a whole llama.cpp.
 tools=$home/tools-$sdist_version
 if [[ ! -f $tools/.complete ]]; then
   say "fetching llama-cpp-python $sdist_version's source with pip (for the tools' sources)"
-  python3 -m venv "$home/venv"
-  "$home/venv/bin/pip" install -q scikit-build-core >&2
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  "$home/venv/bin/pip" download -q --no-deps --no-binary :all: --no-build-isolation \
-    "llama-cpp-python==$sdist_version" -d "$tmp" >&2 \
-    || { say "pip could not download llama-cpp-python==$sdist_version"; exit 1; }
+  "$root/scripts/llama-sdist.sh" "$sdist_version" "$tmp/llama_cpp_python-$sdist_version.tar.gz"
   tar -xzf "$tmp"/llama_cpp_python-"$sdist_version".tar.gz -C "$tmp"
   rm -rf "$tools" && mkdir -p "$tools"
   cp -r "$tmp/llama_cpp_python-$sdist_version/vendor/llama.cpp/tools/"{llama-bench,quantize} "$tools/"
