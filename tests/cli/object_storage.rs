@@ -194,19 +194,7 @@ fn two_machines_ingesting_at_once_never_duplicate_a_file() {
     let a = S3Project::new(&server, "shared");
     // Another checkout of the same documents, with its own local state (another machine).
     let b = S3Project::new(&server, "shared");
-    let spawn = |s: &S3Project| {
-        Command::new(assert_cmd::cargo::cargo_bin("rag"))
-            .current_dir(s.p.path())
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(s.env.iter().map(|(k, v)| (*k, v.as_str())))
-            .args(["ingest", "--json", "docs"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let (ca, cb) = (spawn(&a), spawn(&b));
+    let (ca, cb) = (spawn_ingest(&a, &[]), spawn_ingest(&b, &[]));
     let (oa, ob) = (
         ca.wait_with_output().unwrap(),
         cb.wait_with_output().unwrap(),
