@@ -160,7 +160,8 @@ impl Front {
     /// pool), else by a worker.
     async fn answer(&self, req: hyper::Request<Incoming>, peer: IpAddr) -> Response<Body> {
         let started = Instant::now();
-        let path = req.uri().path().to_string();
+        let (parts, body) = req.into_parts();
+        let path = parts.uri.path().to_string();
         let endpoint = super::endpoint(&path);
         let plain = |status: u16, msg: &str, extra: &[(&str, String)]| {
             let mut extra = extra.to_vec();
@@ -175,39 +176,16 @@ impl Front {
                 &extra,
             )
         };
-        if self.stop.load(Ordering::SeqCst) {
-            return plain(503, "rag serve is shutting down", &[]);
-        }
-        if path == "/healthz" && req.method() == Method::GET {
+        if path == "/healthz" && parts.method == Method::GET && !self.stop.load(Ordering::SeqCst) {
             self.metrics
                 .request(endpoint, 200, started.elapsed().as_secs_f64());
             let ok = http::whole(r#"{"status":"ok"}"#.into());
             return http::response(200, "application/json", ok, &[]);
         }
-        let refused = http::refused(
-            req.method(),
-            req.headers(),
-            self.loopback,
-            self.port,
-            &self.allowed_hosts,
-        );
-        if let Some((status, msg)) = refused {
-            return plain(status, &msg, &[]);
+        if let Err((status, msg, extra)) = self.admit(&parts, peer) {
+            drain(body).await;
+            return plain(status, &msg, &extra);
         }
-        if let Some(token) = &self.token {
-            if let Some(wait) = self.locked_out(peer) {
-                let msg = format!(
-                    "too many wrong tokens from {peer}; retry in {wait} s with the right one"
-                );
-                return plain(429, &msg, &[("Retry-After", wait.to_string())]);
-            }
-            if !http::authorized(req.headers(), token) {
-                self.failed(peer);
-                let msg = "missing or wrong bearer token: send `Authorization: Bearer <token>` (the one given to rag serve --token, --token-file or RAG_SERVE_TOKEN)";
-                return plain(401, msg, &[("WWW-Authenticate", "Bearer".into())]);
-            }
-        }
-        let (parts, body) = req.into_parts();
         let body = match self.read_body(body).await {
             Ok(b) => b,
             Err((status, msg)) => return plain(status, &msg, &[]),
@@ -233,6 +211,39 @@ impl Front {
                 &[],
             ),
         }
+    }
+
+    /// Whether the request may be served at all: not while stopping, not from a foreign
+    /// Host or Origin or with a body that is not JSON, not without the token. The refusal
+    /// as (status, message, extra headers).
+    fn admit(&self, parts: &hyper::http::request::Parts, peer: IpAddr) -> Result<(), Refusal> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Err((503, "rag serve is shutting down".into(), vec![]));
+        }
+        let refused = http::refused(
+            &parts.method,
+            &parts.headers,
+            self.loopback,
+            self.port,
+            &self.allowed_hosts,
+        );
+        if let Some((status, msg)) = refused {
+            return Err((status, msg, vec![]));
+        }
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        if let Some(wait) = self.locked_out(peer) {
+            let msg =
+                format!("too many wrong tokens from {peer}; retry in {wait} s with the right one");
+            return Err((429, msg, vec![("Retry-After", wait.to_string())]));
+        }
+        if !http::authorized(&parts.headers, token) {
+            self.failed(peer);
+            let msg = "missing or wrong bearer token: send `Authorization: Bearer <token>` (the one given to rag serve --token, --token-file or RAG_SERVE_TOKEN)";
+            return Err((401, msg.into(), vec![("WWW-Authenticate", "Bearer".into())]));
+        }
+        Ok(())
     }
 
     /// Seconds until `peer` may try a token again, when it failed too often.
@@ -286,6 +297,19 @@ impl Front {
             Ok(Err(e)) => Err((400, format!("reading the request body: {e}"))),
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
         }
+    }
+}
+
+/// Why a request is refused before its body is read: status, message, extra headers.
+type Refusal = (u16, String, Vec<(&'static str, String)>);
+
+/// Reads and drops what a refused request's small body sent (64 KiB, 1 s at most), so the
+/// connection closes cleanly: closing with unread bytes makes the kernel send a reset, which
+/// can destroy the refusal before the client reads it.
+async fn drain(body: Incoming) {
+    if body.size_hint().lower() <= 64 * 1024 {
+        let read = Limited::new(body, 64 * 1024).collect();
+        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
     }
 }
 

@@ -479,6 +479,48 @@ fn a_batch_answers_every_line_in_order_and_reports_a_bad_one_apart() {
     assert!(err.contains("missing.txt"), "{err}");
 }
 
+/// `ask --batch -` answers as the lines come: the first answer is out while stdin is still
+/// open, so an endless pipe (`yes q | rag ask --batch -`) never has to end to be answered.
+#[test]
+fn a_batch_from_stdin_answers_before_its_input_ends() {
+    use std::io::{BufRead, BufReader, Write};
+    let p = Project::with_docs();
+    p.ingest();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
+        .current_dir(p.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .args(["ask", "--batch", "-", "--max-tokens", "16"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Fewer lines than a window (16): the batch takes what has arrived, it does not wait.
+    for _ in 0..4 {
+        writeln!(
+            stdin,
+            "How fast does the flux regulator aboard Orbital Station Meridian hum?"
+        )
+        .unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(v["id"], 1, "{v}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "still reading its input"
+    );
+    drop(stdin);
+    let _ = child.wait();
+}
+
 #[test]
 fn a_batch_in_one_sequence_answers_as_one_shot_asks_do() {
     // One sequence at a time prefills each prompt from position 0 in the same slices as an

@@ -569,6 +569,32 @@ fn serve_sheds_idle_and_silent_clients_and_still_drains() {
     }
     assert_eq!(call(&a, "GET", "/healthz", "").status, 200);
 
+    // A client that pipelines requests and never reads their responses: once the socket's
+    // buffers are full the server's writes stall, and after the I/O timeout it is cut off.
+    let mut hog = TcpStream::connect(&a).unwrap();
+    let one = format!("GET /metrics HTTP/1.1\r\nHost: {a}\r\n\r\n");
+    hog.set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut sent = 0;
+    while sent < 20_000 && hog.write_all(one.as_bytes()).is_ok() {
+        sent += 1;
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(
+        call(&a, "POST", "/v1/search", r#"{"query": "Kestrel"}"#).status,
+        200
+    );
+    hog.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut got = Vec::new();
+    let _ = hog.read_to_end(&mut got);
+    let answered = String::from_utf8_lossy(&got)
+        .matches("HTTP/1.1 200")
+        .count();
+    assert!(
+        answered < sent,
+        "{answered} of {sent} pipelined requests answered: the hog was not cut off"
+    );
+
     // SIGTERM with a silent client connected: the server still exits 0.
     let mut lingering = TcpStream::connect(&a).unwrap();
     lingering.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
