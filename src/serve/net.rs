@@ -126,10 +126,7 @@ fn connection(
 ) {
     let Ok(permit) = open.clone().try_acquire_owned() else {
         front.metrics.request("other", 503, 0.0);
-        // Best effort: the socket is new, so its send buffer has room for these bytes.
-        let _ = stream.try_write(
-            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        );
+        tokio::spawn(turn_away(stream));
         return;
     };
     let _ = stream.set_nodelay(true);
@@ -298,6 +295,28 @@ impl Front {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
         }
     }
+}
+
+/// Answers a connection over the limit with 503 and closes it. The request the client sent
+/// meanwhile is read (64 KiB, 1 s at most) before the close, which is then clean: a close
+/// with unread bytes would reset the connection and could destroy the 503 unread.
+async fn turn_away(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let busy = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    let linger = async {
+        stream.write_all(busy).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => left -= n.min(left),
+            }
+        }
+        io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), linger).await;
 }
 
 /// Why a request is refused before its body is read: status, message, extra headers.
