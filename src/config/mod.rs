@@ -961,8 +961,28 @@ impl Settings {
 
     /// The first number outside its valid range, as a message naming key, value and range.
     fn out_of_range(&self) -> Option<String> {
+        for (key, v, lo, hi) in self.float_ranges() {
+            if !(lo..=hi).contains(&v) {
+                return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
+            }
+        }
+        for (key, v, lo, hi) in self.int_ranges() {
+            if !(lo..=hi).contains(&v) {
+                let shown = if key == "llm.repeat_last_n" {
+                    v as i64 - 1
+                } else {
+                    v as i64
+                };
+                return Some(format!("{key} = {shown} is out of range: use {lo} to {hi}"));
+            }
+        }
+        None
+    }
+
+    /// Each float setting with its value and valid range.
+    fn float_ranges(&self) -> [(&'static str, f64, f64, f64); 14] {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
-        let floats: [(&str, f64, f64, f64); 14] = [
+        [
             ("embed.timeout_s", self.embed.timeout_s, 0.1, 86_400.0),
             ("llm.timeout_s", l.timeout_s, 0.1, 86_400.0),
             (
@@ -982,13 +1002,14 @@ impl Settings {
             ("chunk.parse_timeout_s", c.parse_timeout_s, 0.001, 86_400.0),
             ("llm.temperature", l.temperature.into(), 0.0, 2.0),
             ("llm.top_p", l.top_p.into(), 0.0, 1.0),
-        ];
-        for (key, v, lo, hi) in floats {
-            if !(lo..=hi).contains(&v) {
-                return Some(format!("{key} = {v} is out of range: use {lo} to {hi}"));
-            }
-        }
-        let ints: [(&str, u64, u64, u64); 21] = [
+        ]
+    }
+
+    /// Each integer setting with its value and valid range (`llm.repeat_last_n` shifted by
+    /// one, so its -1 fits).
+    fn int_ranges(&self) -> [(&'static str, u64, u64, u64); 21] {
+        let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
+        [
             (
                 "index.ann_nprobes",
                 self.index.ann_nprobes as u64,
@@ -1030,18 +1051,7 @@ impl Settings {
                 0,
                 1 << 20,
             ),
-        ];
-        for (key, v, lo, hi) in ints {
-            if !(lo..=hi).contains(&v) {
-                let shown = if key == "llm.repeat_last_n" {
-                    v as i64 - 1
-                } else {
-                    v as i64
-                };
-                return Some(format!("{key} = {shown} is out of range: use {lo} to {hi}"));
-            }
-        }
-        None
+        ]
     }
 
     /// The first `section.key` whose value is a NaN or infinite float.

@@ -450,13 +450,24 @@ fn serve_outlives_hostile_requests_and_keeps_the_operators_scope() {
         &["--path", "docs/*.md"],
     );
     let a = srv.addr.as_str();
-    let alive = |why: &str| assert_eq!(call(a, "GET", "/healthz", "").status, 200, "{why}");
 
+    refuses_oversized_requests(a);
+    refuses_web_pages(a);
+    turns_away_connections_past_the_limit(a);
+    keeps_the_operators_scope(a);
+}
+
+fn alive(a: &str, why: &str) {
+    assert_eq!(call(a, "GET", "/healthz", "").status, 200, "{why}");
+}
+
+/// Bodies and heads too large to read, refused without allocating what was declared.
+fn refuses_oversized_requests(a: &str) {
     // A declared body of a petabyte, or of u64::MAX bytes, is refused, never allocated.
     for len in ["1000000000000000", "18446744073709551615"] {
         let r = raw(a, &format!("POST /v1/search HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"));
         assert!([400, 413, 431].contains(&r.status), "{len}: {}", r.status);
-        alive(len);
+        alive(a, len);
     }
     // A head of 100,000 bytes is cut off at 64 KiB (431, unless the reset beats it).
     let long = "a".repeat(100_000);
@@ -469,8 +480,10 @@ fn serve_outlives_hostile_requests_and_keeps_the_operators_scope() {
         "{:?}",
         r.map(|r| r.head)
     );
-    alive("after a huge head");
+    alive(a, "after a huge head");
+}
 
+fn refuses_web_pages(a: &str) {
     // A web page cannot reach the tokenless server: not by DNS rebinding (a foreign Host),
     // not by a cross-site POST (a foreign Origin, or a body that is not JSON).
     let search = r#"{"query": "Kestrel"}"#;
@@ -494,7 +507,9 @@ fn serve_outlives_hostile_requests_and_keeps_the_operators_scope() {
     assert_eq!(page.status, 403, "{}", page.body);
     let r = raw(a, &format!("POST /v1/search HTTP/1.1\r\nHost: {a}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{search}", search.len()));
     assert_eq!(r.status, 415, "{}", r.body);
+}
 
+fn turns_away_connections_past_the_limit(a: &str) {
     // Past serve.max_connections a connection is answered 503 and closed; once the others
     // leave, the server answers again.
     let idle: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(a).unwrap()).collect();
@@ -516,7 +531,9 @@ fn serve_outlives_hostile_requests_and_keeps_the_operators_scope() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(back, 200);
+}
 
+fn keeps_the_operators_scope(a: &str) {
     // A request's path narrows the operator's --path; "**" does not widen it.
     let everything = call(
         a,
