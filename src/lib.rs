@@ -203,8 +203,9 @@ fn dispatch(
             mcp::serve(&engine, &q, true, &ui)
         }
         Command::Serve(a) => {
-            let (engine, q) = warm_engine(settings, &a.retrieval, verbose)?;
+            // Checked before the engine loads: a bad token is refused at once.
             let token = serve::token(a.token.clone(), a.token_file.as_deref())?;
+            let (engine, q) = warm_engine(settings, &a.retrieval, verbose)?;
             serve::run(&engine, &q, token.as_deref(), &ui)
         }
         Command::Chat(a) => {
