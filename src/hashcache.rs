@@ -90,7 +90,29 @@ mod tests {
         );
         assert!(memo.exists());
         assert_eq!(super::sha256(&file, &memo).unwrap(), h);
+        let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
+        let touch = |t: std::time::SystemTime| {
+            std::fs::File::options()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_modified(t)
+                .unwrap()
+        };
+        // Same size and mtime: the memo answers without reading, even for other bytes.
+        std::fs::write(&file, b"xyz").unwrap();
+        touch(stamp);
+        assert_eq!(super::sha256(&file, &memo).unwrap(), h, "memo used");
+        // Same size, another mtime: read again.
+        touch(stamp + std::time::Duration::from_secs(2));
+        let xyz = super::sha256(&file, &memo).unwrap();
+        assert_eq!(
+            xyz,
+            "3608bca1e44ea6c4d268eb6db02260269892c0b42b86bbf1e77a6fa16c3c9282"
+        );
+        // Another size, same mtime: read again.
         std::fs::write(&file, b"abcd").unwrap();
-        assert_ne!(super::sha256(&file, &memo).unwrap(), h);
+        touch(stamp + std::time::Duration::from_secs(2));
+        assert_ne!(super::sha256(&file, &memo).unwrap(), xyz);
     }
 }

@@ -269,10 +269,9 @@ mod tests {
     }
 
     #[test]
-    fn a_long_single_line_and_many_headings_chunk_quickly_and_correctly() {
+    fn a_long_single_line_and_many_headings_chunk_correctly() {
         let line = "word ".repeat(60_000);
         let doc = parse("long.txt", line.as_bytes()).unwrap();
-        let started = std::time::Instant::now();
         let chunks = chunk(&doc, &Words, opts(100));
         assert!(chunks.iter().all(|c| c.line_start == 1 && c.line_end == 1));
         let words: usize = chunks
@@ -287,11 +286,22 @@ mod tests {
         let chunks = chunk(&doc, &Words, opts(40));
         let last = chunks.last().unwrap();
         assert!(last.heading.ends_with("h19999"), "{}", last.heading);
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(60),
-            "{:?}",
-            started.elapsed()
-        );
+    }
+
+    /// The speed guard for the input above, in `make stress` rather than `make test`: a
+    /// wall-clock bound fails on a busy machine, and no count of work tells the windowed
+    /// chunker from the unwindowed one (both ask the sizer for the same 73 MB on a 300 KB
+    /// line; the quadratic part is text-splitter's own scan, 13 s against 60 s here).
+    #[test]
+    #[ignore = "a speed guard: make stress runs it"]
+    fn a_2_mb_single_line_chunks_in_under_a_minute() {
+        let line = "word ".repeat(400_000);
+        let doc = parse("long.txt", line.as_bytes()).unwrap();
+        let started = std::time::Instant::now();
+        let chunks = chunk(&doc, &Words, opts(100));
+        let took = started.elapsed();
+        assert!(!chunks.is_empty());
+        assert!(took < std::time::Duration::from_secs(60), "{took:?}");
     }
 
     fn opts(max: usize) -> ChunkOptions {

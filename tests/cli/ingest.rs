@@ -219,10 +219,8 @@ fn kill_9_mid_ingest_then_rerun_matches_a_clean_ingest() {
     let corpus = crate::support::repo().join("corpus");
     let clean = Project::empty();
     crate::support::copy_dir(&corpus, &clean.path().join("corpus"));
-    let started = std::time::Instant::now();
     let (code, _, err) = clean.run(&["ingest", "corpus"]);
     assert_eq!(code, 0, "{err}");
-    let full = started.elapsed();
     let want = rag::store::chunk_ids_blocking(&clean.path().join(".rag")).unwrap();
 
     let crashed = Project::empty();
@@ -234,9 +232,27 @@ fn kill_9_mid_ingest_then_rerun_matches_a_clean_ingest() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(full.mul_f64(0.6));
+    // Killed by progress, not by a guess at the time: once the chunks table holds a second
+    // version (190 chunks are committed 64 at a time), while the process still runs.
+    let versions = crashed.path().join(".rag/chunks.lance/_versions");
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the ingest ended ({status}) before it could be killed between commits");
+        }
+        let n = std::fs::read_dir(&versions).map_or(0, |d| d.count());
+        if n >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the ingest was still running when killed: {status}"
+    );
 
     // The interrupted index opens and answers.
     if crashed.path().join(".rag/index.json").exists() {
