@@ -76,7 +76,7 @@ pub enum Command {
     Mcp(ChatArgs),
     /// Serve search and answers over HTTP (JSON, server-sent events, OpenAI-compatible chat)
     #[command(
-        after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  rag serve --addr 0.0.0.0:8089 --token-file ~/.config/rag/token\n  curl -s localhost:8089/v1/search --json '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask --json '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nEndpoints: POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
+        after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  rag serve --addr 0.0.0.0:8089 --token-file ~/.config/rag/token\n  curl -s localhost:8089/v1/search --json '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask --json '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nOpen http://127.0.0.1:8089/ in a browser for a page that asks, streams and cites.\nEndpoints: GET / (that page), POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
     )]
     Serve(ServeArgs),
     /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
@@ -115,7 +115,10 @@ pub enum Command {
     )]
     Completions(CompletionsArgs),
     /// Write man pages (rag.1 and one per command) into DIR (for `make man`)
-    #[command(hide = true)]
+    #[command(
+        hide = true,
+        after_help = "Examples:\n  rag man man/\n  rag man ~/.local/share/man/man1   (make install does this)"
+    )]
     Man(ManArgs),
     /// Retrieve the best chunks for a query, without generating
     #[command(
@@ -234,6 +237,17 @@ pub struct EvalArgs {
     /// Fail (exit 8) below these floors: hit@1, hit@5, hit@10, mrr@10, ndcg@10, context_recall, keywords, citations (MODE. prefix for another mode)
     #[arg(long, value_name = "NAME=X,...")]
     pub min: Option<String>,
+    /// Draw this run (and --baseline, --report-with) as a picture: keywords against mean answer time, hit@k per mode, each case's rank. FILE.svg, or FILE.html for a page with the figures too
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Earlier `--save-json` runs drawn beside this one in --report, each labelled with its file name (small.json, large.json: one per route)
+    #[arg(
+        long,
+        value_name = "RUN.json,...",
+        value_delimiter = ',',
+        requires = "report"
+    )]
+    pub report_with: Vec<PathBuf>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

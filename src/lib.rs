@@ -326,6 +326,8 @@ fn eval_options(
         baseline: a.baseline.clone(),
         max_regression: a.max_regression,
         min: a.min.clone(),
+        report: a.report.clone(),
+        report_with: a.report_with.clone(),
         verbose,
         query: query(settings, "", &a.retrieval, verbose),
     }

@@ -83,6 +83,9 @@ pub struct Timings {
     pub accepted_tokens: usize,
     pub ttft_ms: f64,
     pub total_ms: f64,
+    /// The generator's mean probability for its first 16 tokens (local generators).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f32>,
 }
 
 #[derive(Debug, Serialize, Deserialize, Clone)]

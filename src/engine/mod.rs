@@ -662,6 +662,7 @@ fn generation_timings(
     timings.decode_tok_per_s = rate(decode.tokens, decode.ms);
     timings.drafted_tokens = decode.drafted;
     timings.accepted_tokens = decode.accepted;
+    timings.confidence = decode.confidence;
     // From the start of the question: what a person waits for.
     timings.ttft_ms =
         timings.retrieval_ms + prefill.ms + decode.first_piece_ms.unwrap_or(decode.ms);

@@ -5,6 +5,7 @@
 
 pub mod cases;
 pub mod metrics;
+pub mod plot;
 pub mod report;
 
 use std::collections::BTreeMap;
@@ -34,6 +35,9 @@ pub struct EvalOptions {
     pub baseline: Option<PathBuf>,
     pub max_regression: Option<f64>,
     pub min: Option<String>,
+    /// Where to draw the report (`--report`), and earlier runs to draw beside this one.
+    pub report: Option<PathBuf>,
+    pub report_with: Vec<PathBuf>,
     pub verbose: bool,
     /// Top-k, filter: the retrieval settings of `ask`.
     pub query: Query,
@@ -69,6 +73,11 @@ struct CaseAnswer {
     drafted: usize,
     accepted: usize,
     model: Option<String>,
+    /// The best retrieved span's cosine similarity: the signal `--model auto` routes on, kept
+    /// per case so a routing rule can be replayed from saved runs (scripts/route_table.py).
+    best_similarity: Option<f32>,
+    /// The generator's mean probability of its first tokens (`timings.confidence`).
+    confidence: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -85,6 +94,8 @@ struct EvalReport {
     file: String,
     cases: usize,
     top_k: usize,
+    /// The retrieval mode answers came from (the first of --modes).
+    main_mode: String,
     modes: BTreeMap<String, ModeSummary>,
     answers: Option<AnswerSummary>,
     metrics: BTreeMap<String, f64>,
@@ -119,6 +130,8 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         ));
     }
     let baseline = o.baseline.as_ref().map(|p| load_baseline(p)).transpose()?;
+    // Read before the run, so a wrong path fails now and not after an hour of answers.
+    let earlier = earlier_runs(o)?;
     let needs_vectors = o.modes.iter().any(|m| *m != Mode::Text);
     let engine_mode = if needs_vectors {
         Mode::Hybrid
@@ -144,6 +157,7 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         file: o.file.display().to_string(),
         cases: cases.len(),
         top_k: o.query.top_k,
+        main_mode: mode_name(main),
         modes,
         answers,
         metrics: flat,
@@ -161,12 +175,56 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         std::fs::write(path, serde_json::to_string_pretty(&out)?)
             .with_context(|| format!("writing the JSON report {}", path.display()))?;
     }
+    if let Some(path) = &o.report {
+        draw_report(path, &out, earlier, o)?;
+    }
     print(&out, o, &cases, main, ui)?;
     Ok(if out.failures.is_empty() {
         Exit::Success
     } else {
         Exit::QualityGate
     })
+}
+
+/// The runs `--report` draws beside this one: the baseline, then each `--report-with`.
+fn earlier_runs(o: &EvalOptions) -> Result<Vec<plot::Run>> {
+    let mut runs = Vec::new();
+    if o.report.is_none() {
+        return Ok(runs);
+    }
+    if let Some(b) = &o.baseline {
+        let mut before = plot::Run::from_file(b).map_err(|e| ExitError::usage(format!("{e:#}")))?;
+        before.label = format!("baseline: {}", before.label);
+        runs.push(before);
+    }
+    for p in &o.report_with {
+        runs.push(plot::Run::from_file(p).map_err(|e| ExitError::usage(format!("{e:#}")))?);
+    }
+    Ok(runs)
+}
+
+/// `--report`: this run, the baseline and every `--report-with` run in one picture.
+fn draw_report(
+    path: &std::path::Path,
+    out: &EvalReport,
+    earlier: Vec<plot::Run>,
+    o: &EvalOptions,
+) -> Result<()> {
+    let this = serde_json::to_value(out)?;
+    let label = out.answers.as_ref().map_or_else(
+        || "this run".to_string(),
+        |a| format!("this run: {}", a.model),
+    );
+    let mut runs = vec![plot::Run::from_report(&label, &this)?];
+    runs.extend(earlier);
+    let title = format!(
+        "rag eval {}",
+        o.file.file_name().map_or_else(
+            || o.file.display().to_string(),
+            |n| n.to_string_lossy().into_owned()
+        )
+    );
+    plot::write(path, &title, &runs)
 }
 
 /// Every case in every mode (and answered, with `--answers`), under one progress bar.
@@ -310,6 +368,8 @@ fn answer_case(
                 .file_name()
                 .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned())
         }),
+        best_similarity: a.best_similarity,
+        confidence: a.timings.confidence,
         text: a.answer,
     })
 }

@@ -132,8 +132,9 @@ pub struct Llm {
 fn check_gguf(path: &Path) -> Result<()> {
     let mut f = std::fs::File::open(path).map_err(|e| {
         ExitError::model(format!(
-            "model file {} cannot be opened ({e}); run `scripts/setup.sh` (`--medium` or `--large` for those generators) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
-            path.display()
+            "model file {} cannot be opened ({e}); {} (`--medium` or `--large` for those generators) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
+            path.display(),
+            crate::config::setup_hint()
         ))
     })?;
     let mut magic = [0u8; 4];
@@ -294,6 +295,8 @@ pub struct Decode {
     /// Speculative decoding: tokens drafted, and how many of them were kept.
     pub drafted: usize,
     pub accepted: usize,
+    /// Mean probability of the first tokens the model picked (see `Chooser::confidence`).
+    pub confidence: Option<f32>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -471,6 +474,7 @@ impl Session<'_> {
             }
         };
         out.decode.stop = stop;
+        out.decode.confidence = choose.confidence();
         if let Some(tail) = out.utf8.finish() {
             on_piece(&tail);
         }
@@ -566,7 +570,13 @@ struct Chooser<'m> {
     plain_greedy: bool,
     copy: Option<CopyBias>,
     vocab: llama_cpp_2::vocab::LlamaVocab<'m>,
+    /// The model's own probability of each of its first picks (before the copy bias).
+    probs: Vec<f32>,
 }
+
+/// How many of an answer's first tokens its confidence is taken over: enough to cover the
+/// phrase that carries the answer, early enough to decide on before the answer is written.
+const CONFIDENCE_TOKENS: usize = 16;
 
 impl<'m> Chooser<'m> {
     fn new(s: &Sampling, llm: &'m Llm, prompt: &[LlamaToken]) -> Chooser<'m> {
@@ -577,12 +587,13 @@ impl<'m> Chooser<'m> {
             plain_greedy,
             copy,
             vocab: llm.model.vocab(),
+            probs: Vec::new(),
         }
     }
 
     /// The token at batch index `i`; `text_first`: the best one that does not open a `[`.
     fn at(&mut self, ctx: &LlamaContext, i: i32, text_first: bool) -> LlamaToken {
-        pick(
+        let t = pick(
             ctx,
             i,
             &mut self.sampler,
@@ -590,8 +601,28 @@ impl<'m> Chooser<'m> {
             self.copy.as_ref(),
             text_first,
             &self.vocab,
-        )
+        );
+        if self.probs.len() < CONFIDENCE_TOKENS {
+            self.probs.push(probability(ctx.get_logits_ith(i), t));
+        }
+        t
     }
+
+    /// The mean probability the model gave its first picks: a signal, computed before most
+    /// of the answer is written, of whether it knows the answer (routing replays it).
+    fn confidence(&self) -> Option<f32> {
+        (!self.probs.is_empty()).then(|| self.probs.iter().sum::<f32>() / self.probs.len() as f32)
+    }
+}
+
+/// Softmax probability of `token` under `logits`.
+fn probability(logits: &[f32], token: LlamaToken) -> f32 {
+    let Some(&x) = logits.get(token.0.max(0) as usize) else {
+        return 0.0;
+    };
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    (x - max).exp() / sum
 }
 
 /// One generation's running state: the tokens written, the UTF-8 joiner and the figures.

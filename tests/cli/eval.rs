@@ -100,6 +100,23 @@ fn the_corpus_set_passes_its_floors_and_hybrid_is_never_worse() {
     let (code, out, err) = against_baseline();
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("(=)"), "{out}");
+    // Retrieval only, drawn beside its baseline: an SVG whose speed panel says why it is empty.
+    let svg = p.path().join("r.svg");
+    let (code, _, err) = p.run(&[
+        "eval",
+        "--report",
+        svg.to_str().unwrap(),
+        "--baseline",
+        base.to_str().unwrap(),
+        set,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("rag eval --answers"),
+        "{svg}"
+    );
+    assert!(svg.contains("baseline: base"), "{svg}");
     let mut better: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
     better["metrics"]["text.mrr@10"] = serde_json::json!(2.0);
@@ -168,4 +185,46 @@ fn answers_are_scored_with_the_real_model() {
     assert_eq!(a["citations"], 1.0, "{v}");
     assert!(a["ttft_ms_p50"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["metrics"]["answers.keywords"].as_f64().is_some(), "{v}");
+    // The routing signals are kept per case, so a rule can be replayed from saved runs.
+    assert!(flux["best_similarity"].as_f64().unwrap() > 0.25, "{v}");
+    let confidence = flux["confidence"].as_f64().unwrap();
+    assert!(confidence > 0.0 && confidence <= 1.0, "{v}");
+
+    // --report draws this run beside a saved one, each point labelled.
+    std::fs::write(p.path().join("first.json"), &out).unwrap();
+    let (code, _, err) = p.run(&[
+        "eval",
+        "--answers",
+        "-k",
+        "1",
+        "--report",
+        "report.html",
+        "--report-with",
+        "first.json",
+        "set.yaml",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let page = std::fs::read_to_string(p.path().join("report.html")).unwrap();
+    assert!(
+        page.starts_with("<!doctype html>") && page.contains("<svg"),
+        "{page}"
+    );
+    assert!(
+        page.contains("first (1.00, "),
+        "the saved run's point: {page}"
+    );
+    assert!(page.contains("<td>first</td>"), "{page}");
+    // A run to draw beside that does not exist stops the eval before any answer.
+    let (code, _, err) = p.run(&[
+        "eval",
+        "--answers",
+        "--report",
+        "r.svg",
+        "--report-with",
+        "missing.json",
+        "set.yaml",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("missing.json"), "{err}");
+    assert!(!p.path().join("r.svg").exists());
 }
