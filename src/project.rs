@@ -58,8 +58,8 @@ fn locate(
     key: &str,
     default: &str,
 ) -> Option<PathBuf> {
-    if dir.join(default).exists() {
-        return None; // the default works as written
+    if works_as_written(dir, default) {
+        return None;
     }
     let resolved = current.and_then(|s| {
         let v = Value::try_from(s).ok()?;
@@ -70,6 +70,15 @@ fn locate(
         .into_iter()
         .flatten()
         .find(|p| p.is_absolute() && p.exists())
+}
+
+/// A default model path resolves without being written down: the file is in the project's
+/// `models/` or in the user's model folder (`scripts/setup.sh --user`, `make install`).
+fn works_as_written(dir: &Path, default: &str) -> bool {
+    dir.join(default).exists()
+        || default.strip_prefix("models/").is_some_and(|name| {
+            crate::config::user_models_dir().is_some_and(|u| u.join(name).exists())
+        })
 }
 
 /// `rag init [DIR]`: a commented rag.toml whose model paths resolve, and `.rag/` in
@@ -117,7 +126,7 @@ pub fn init(dir: &Path, force: bool, current: Option<&Settings>) -> Result<Init>
                 text = text.replacen(&line, &format!("\n{key} = {toml_path}\n"), 1);
                 out.models.push((format!("{section}.{key}"), found));
             }
-            None if !dir.join(default).exists() => out.missing.push(format!("{section}.{key}")),
+            None if !works_as_written(dir, default) => out.missing.push(format!("{section}.{key}")),
             None => {}
         }
     }
@@ -161,7 +170,7 @@ pub fn print_init(ui: &Ui, done: &Init, json: bool) -> Result<()> {
     }
     if !done.missing.is_empty() {
         ui.warn(&format!(
-            "no model file found for {}; run scripts/setup.sh in the rag checkout, then set these keys in rag.toml",
+            "no model file found for {}; run `scripts/setup.sh --user` in the rag checkout (models go to ~/.local/share/rag/models, where rag finds them from any folder), or set these keys in rag.toml",
             done.missing.join(", ")
         ));
     }
@@ -284,7 +293,7 @@ mod tests {
         assert_eq!(ignore.matches(".rag/").count(), 1, "{ignore}");
         // Models from the checkout rag was built in are found by absolute path.
         let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(MODEL_KEYS[0].2);
-        if built.exists() {
+        if built.exists() && !works_as_written(dir.path(), MODEL_KEYS[0].2) {
             assert!(done
                 .models
                 .iter()

@@ -6,6 +6,8 @@ mod support;
 
 #[path = "cli/ask.rs"]
 mod ask;
+#[path = "cli/browser.rs"]
+mod browser;
 #[path = "cli/errors.rs"]
 mod errors;
 #[path = "cli/eval.rs"]
@@ -14,6 +16,8 @@ mod eval;
 mod faults;
 #[path = "cli/ingest.rs"]
 mod ingest;
+#[path = "cli/install.rs"]
+mod install;
 #[path = "cli/mcp.rs"]
 mod mcp;
 #[path = "cli/object_storage.rs"]

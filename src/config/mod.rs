@@ -60,7 +60,7 @@ pub enum Route {
     Small,
     Medium,
     Large,
-    /// Chosen per question from what retrieval found (see README: routing).
+    /// Chosen per question from what retrieval found (see docs/how-it-works.md: routing).
     Auto,
 }
 
@@ -167,6 +167,58 @@ impl IndexSettings {
             .unwrap_or_else(|| PathBuf::from(".rag"));
         let id = blake3::hash(uri.trim_end_matches('/').as_bytes()).to_hex();
         cache.join("rag").join("remote-index").join(&id[..16])
+    }
+}
+
+/// The user's model folder, where `scripts/setup.sh --user` (and `make install`) put the
+/// models: `$XDG_DATA_HOME/rag/models`, by default `~/.local/share/rag/models`. A default
+/// model path that the project's own `models/` lacks is looked up here, so an installed
+/// rag answers from any folder without a `rag.toml`.
+pub fn user_models_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| home_dir().map(|h| h.join(".local/share")))
+        .map(|d| d.join("rag").join("models"))
+}
+
+/// How to get the models, for errors about a missing one: the checkout's setup script, and
+/// where an installed rag looks when the project has no `models/`.
+pub fn setup_hint() -> String {
+    let user = user_models_dir().map_or_else(
+        || "~/.local/share/rag/models".to_string(),
+        |p| p.display().to_string(),
+    );
+    format!("run `scripts/setup.sh` in rag's checkout (`--user` puts the models in {user}, where rag finds them from any folder)")
+}
+
+/// Keys whose built-in default is a file under `models/` (what `scripts/setup.sh` fetches).
+pub const MODEL_KEYS: &[&str] = &[
+    "embed.model",
+    "embed.tokenizer_dir",
+    "embed.ort_lib",
+    "llm.model",
+    "llm.medium_model",
+    "llm.large_model",
+    "llm.draft_model",
+];
+
+/// In the defaults layer (already resolved against `base`): a model the project's
+/// `models/` folder lacks is taken from the user's model folder when it is there.
+fn prefer_user_models(defaults: &mut Table, base: &Path, user: Option<&Path>) {
+    let Some(user) = user else { return };
+    for key in MODEL_KEYS {
+        let (section, name) = key.split_once('.').expect("section.key");
+        let Some(Value::String(s)) = defaults.get_mut(section).and_then(|t| t.get_mut(name)) else {
+            continue;
+        };
+        let Ok(rel) = Path::new(s.as_str()).strip_prefix(base.join("models")) else {
+            continue;
+        };
+        let there = user.join(rel);
+        if !Path::new(s.as_str()).exists() && there.exists() {
+            *s = there.to_string_lossy().into_owned();
+        }
     }
 }
 
@@ -364,7 +416,7 @@ pub struct LlmSettings {
     pub medium_model: PathBuf,
     /// The large GGUF generator (`--model large`, `auto` routing).
     pub large_model: PathBuf,
-    /// Which generator answers: small | medium | large | auto (see README: routing).
+    /// Which generator answers: small | medium | large | auto (see docs/how-it-works.md: routing).
     pub route: Route,
     /// Context window in tokens: prompt + answer. 0 = the model's training context.
     pub n_ctx: u32,
@@ -401,7 +453,7 @@ pub struct LlmSettings {
     /// sources' own words rather than inventing option names.
     pub copy_bias: f32,
     /// The instructions (system message) every prompt starts with; empty = rag's own,
-    /// measured on the dev set (see README: Quality).
+    /// measured on the dev set (see docs/quality.md).
     pub system_prompt: String,
     /// Answers `ask --batch` generates together in one context, one sequence each (with a
     /// remote backend: requests in flight at once).
@@ -430,7 +482,7 @@ pub struct LlmSettings {
     pub remote_model: String,
     /// Tokenizer that packs prompts for a remote generator: the same GGUF (exact, chat
     /// template included) or a Hugging Face tokenizer.json; empty = the server's
-    /// `/tokenize` when it has one, else an estimate (see README: remote generators).
+    /// `/tokenize` when it has one, else an estimate (see docs/scaling-out.md: remote generators).
     pub tokenizer: PathBuf,
     /// Seconds one remote request may take, streaming included.
     pub timeout_s: f64,
@@ -681,10 +733,18 @@ pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
         env.insert(name.to_string(), value);
     }
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    resolve_with(config, flags, &env, &cwd)
+    resolve_with(config, flags, &env, &cwd, user_models_dir().as_deref())
 }
 
-fn resolve_with(config: Option<&Path>, flags: &Flags, env: &Env, cwd: &Path) -> Result<Settings> {
+/// [`resolve`] with its inputs given: the environment, the current folder and the user's
+/// model folder (None: defaults under `models/` are taken as written).
+fn resolve_with(
+    config: Option<&Path>,
+    flags: &Flags,
+    env: &Env,
+    cwd: &Path,
+    user_models: Option<&Path>,
+) -> Result<Settings> {
     let file = config_file(config, env, cwd)?;
     // Defaults are relative to the config file's folder when there is one, so `rag` works
     // from any subfolder of the project.
@@ -702,6 +762,7 @@ fn resolve_with(config: Option<&Path>, flags: &Flags, env: &Env, cwd: &Path) -> 
     let mut sources: BTreeMap<String, Source> =
         keys.iter().map(|k| (k.clone(), Source::Default)).collect();
     resolve_paths(&mut table, &base);
+    prefer_user_models(&mut table, &base, user_models);
 
     if let Some(path) = &file {
         let text =
@@ -1124,7 +1185,7 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        resolve_with(None, &flags, &env, dir.path()).map(|mut s| {
+        resolve_with(None, &flags, &env, dir.path(), None).map(|mut s| {
             // Make paths comparable across temp dirs.
             s.llm.model = s
                 .llm
@@ -1134,6 +1195,50 @@ mod tests {
                 .unwrap_or(s.llm.model);
             s
         })
+    }
+
+    #[test]
+    fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() {
+        let project = tempfile::tempdir().unwrap();
+        let user = tempfile::tempdir().unwrap();
+        let small = "SmolLM2-135M-Instruct.Q4_1.gguf";
+        std::fs::write(user.path().join(small), b"GGUF").unwrap();
+        std::fs::create_dir(user.path().join("minilm")).unwrap();
+        let at = |u: Option<&Path>| {
+            resolve_with(None, &Flags::default(), &Env::new(), project.path(), u).unwrap()
+        };
+        let s = at(Some(user.path()));
+        assert_eq!(s.llm.model, user.path().join(small));
+        assert_eq!(s.embed.tokenizer_dir, user.path().join("minilm"));
+        // Missing in both: the project's path stays, so the error names where rag looked first.
+        assert_eq!(
+            s.llm.large_model,
+            project
+                .path()
+                .join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")
+        );
+        // The project's own models/ wins; a key set anywhere is never replaced.
+        std::fs::create_dir(project.path().join("models")).unwrap();
+        std::fs::write(project.path().join("models").join(small), b"GGUF").unwrap();
+        assert_eq!(
+            at(Some(user.path())).llm.model,
+            project.path().join("models").join(small)
+        );
+        std::fs::remove_file(project.path().join("models").join(small)).unwrap();
+        let env: Env = [("RAG_LLM_MODEL".to_string(), "mine.gguf".to_string())].into();
+        let s = resolve_with(
+            None,
+            &Flags::default(),
+            &env,
+            project.path(),
+            Some(user.path()),
+        )
+        .unwrap();
+        assert_eq!(s.llm.model, project.path().join("mine.gguf"));
+        assert_eq!(
+            at(None).llm.model,
+            project.path().join("models").join(small)
+        );
     }
 
     #[test]
@@ -1338,7 +1443,7 @@ mod tests {
         std::fs::write(dir.path().join("rag.toml"), "[llm]\nn_ctx = 1024\n").unwrap();
         let sub = dir.path().join("a/b");
         std::fs::create_dir_all(&sub).unwrap();
-        let s = resolve_with(None, &Flags::default(), &Env::new(), &sub).unwrap();
+        let s = resolve_with(None, &Flags::default(), &Env::new(), &sub, None).unwrap();
         assert_eq!(s.llm.n_ctx, 1024);
         assert_eq!(s.root, dir.path());
         assert_eq!(s.index.dir, dir.path().join(".rag"));
@@ -1348,7 +1453,7 @@ mod tests {
         );
         // A path given in the environment stays relative to the current folder.
         let env: Env = [("RAG_INDEX_DIR".to_string(), "idx".to_string())].into();
-        let s = resolve_with(None, &Flags::default(), &env, &sub).unwrap();
+        let s = resolve_with(None, &Flags::default(), &env, &sub, None).unwrap();
         assert_eq!(s.index.dir, sub.join("idx"));
     }
 

@@ -96,8 +96,9 @@ fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     }
     if !lib.is_file() {
         return Err(ExitError::model(format!(
-            "ONNX Runtime library {} not found; run `scripts/setup.sh` or set embed.ort_lib (RAG_EMBED_ORT_LIB) to a libonnxruntime.so >= 1.24",
-            lib.display()
+            "ONNX Runtime library {} not found; {} or set embed.ort_lib (RAG_EMBED_ORT_LIB) to a libonnxruntime.so >= 1.24",
+            lib.display(),
+            crate::config::setup_hint()
         )));
     }
     // An absolute path: ort resolves relative ones against the executable's folder.
@@ -155,8 +156,9 @@ pub fn ort_version(lib: &Path) -> Result<String> {
 fn read(path: &Path, what: &str, keys: &str) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| {
         ExitError::model(format!(
-            "{what} {} cannot be read ({e}); run `scripts/setup.sh` or fix {keys} in rag.toml",
-            path.display()
+            "{what} {} cannot be read ({e}); {} or fix {keys} in rag.toml",
+            path.display(),
+            crate::config::setup_hint()
         ))
     })
 }

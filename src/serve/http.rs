@@ -64,6 +64,28 @@ pub fn response(
     })
 }
 
+/// The web page at `/`: one static file in the binary (no external assets), which asks
+/// through the same endpoints as any client. Its script builds every document string as
+/// text, and the policy below lets it reach nothing but this server.
+const PAGE: &str = include_str!("page.html");
+
+pub fn page() -> Response<Body> {
+    let policy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                  connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+                  frame-ancestors 'none'";
+    response(
+        200,
+        "text/html; charset=utf-8",
+        whole(PAGE.to_string()),
+        &[
+            ("Content-Security-Policy", policy.to_string()),
+            ("X-Content-Type-Options", "nosniff".into()),
+            ("Referrer-Policy", "no-referrer".into()),
+            ("Cache-Control", "no-cache".into()),
+        ],
+    )
+}
+
 pub fn whole(s: String) -> Body {
     Full::new(Bytes::from(s)).boxed_unsync()
 }

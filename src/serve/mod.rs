@@ -45,7 +45,7 @@ struct State<'a> {
 }
 
 const ENDPOINTS: &str =
-    "POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics";
+    "GET / (a web page), POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics";
 
 /// The shortest token accepted: with failed attempts rate-limited (10 a minute per client),
 /// 12 random characters are out of reach of guessing.
@@ -194,6 +194,7 @@ fn worker(queue: &Mutex<mpsc::Receiver<Request>>, st: &State) {
 /// The metrics label of a path: the endpoint, or "other" (labels must stay few).
 fn endpoint(path: &str) -> &'static str {
     [
+        "/",
         "/v1/search",
         "/v1/ask",
         "/v1/chat/completions",

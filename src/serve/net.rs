@@ -179,6 +179,23 @@ impl Front {
             let ok = http::whole(r#"{"status":"ok"}"#.into());
             return http::response(200, "application/json", ok, &[]);
         }
+        if path == "/" && parts.method == Method::GET {
+            // The page holds no data and needs no token (its requests carry it), but it is
+            // served only under this server's own Host, as the API is.
+            let refused = http::refused(
+                &parts.method,
+                &parts.headers,
+                self.loopback,
+                self.port,
+                &self.allowed_hosts,
+            );
+            if let Some((status, msg)) = refused {
+                return plain(status, &msg, &[]);
+            }
+            self.metrics
+                .request(endpoint, 200, started.elapsed().as_secs_f64());
+            return http::page();
+        }
         if let Err((status, msg, extra)) = self.admit(&parts, peer) {
             drain(body).await;
             return plain(status, &msg, &extra);

@@ -289,8 +289,9 @@ fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
+        // A watchdog against a hang, not a speed bound: generous for a loaded machine.
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < Duration::from_secs(120),
             "--watch did not stop"
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -380,12 +381,14 @@ fn help_of_every_command_is_stable() {
         "ask",
         "chat",
         "mcp",
+        "serve",
         "eval",
         "doctor",
         "init",
         "config",
         "status",
         "completions",
+        "man",
         "search",
     ] {
         let args: Vec<&str> = [cmd, "--help"]

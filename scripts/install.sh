@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# `make install` and `make uninstall`.
+#
+#   scripts/install.sh BIN PREFIX [--medium|--large]   install
+#   scripts/install.sh --uninstall PREFIX               remove what the install wrote
+#
+# Install puts the binary in PREFIX/bin, its man pages in PREFIX/share/man/man1, completion
+# scripts where bash-completion, zsh and fish look under PREFIX/share, and the models in the
+# user's model folder ($XDG_DATA_HOME/rag/models, by default ~/.local/share/rag/models) with
+# `scripts/setup.sh --user`, where rag finds them from any folder without a rag.toml. Every
+# file it writes, and every folder it had to create, is listed in
+# PREFIX/share/rag/installed-files, which uninstall reads: it removes exactly those files,
+# then those folders when they are empty, and nothing else (models that were already in the
+# model folder before the install stay).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+say() { printf 'install: %s\n' "$*" >&2; }
+die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
+
+uninstall() {
+  local prefix=$1 manifest=$1/share/rag/installed-files
+  if [ ! -f "$manifest" ]; then
+    say "nothing to remove: $manifest does not exist (was rag installed with PREFIX=$prefix?)"
+    return 0
+  fi
+  local n=0 line
+  # Files first, then folders deepest first (the manifest lists folders as they were made,
+  # parents before children).
+  while IFS= read -r line; do
+    case $line in file:*) rm -f -- "${line#file:}" && n=$((n + 1)) ;; esac
+  done <"$manifest"
+  rm -f -- "$manifest"
+  tac "$manifest.dirs" 2>/dev/null | while IFS= read -r d; do rmdir -- "$d" 2>/dev/null || true; done
+  rm -f -- "$manifest.dirs"
+  rmdir -- "$prefix/share/rag" 2>/dev/null || true
+  say "removed $n files installed under $prefix and in the model folder"
+}
+
+if [ "${1:-}" = --uninstall ]; then
+  [ $# -eq 2 ] || die "usage: scripts/install.sh --uninstall PREFIX"
+  uninstall "$2"
+  exit 0
+fi
+[ $# -ge 2 ] || die "usage: scripts/install.sh BIN PREFIX [--medium|--large]"
+bin=$1 prefix=$2
+shift 2
+[ -x "$bin" ] || die "$bin is not an executable: run \`make build\` first"
+case $prefix in /*) ;; *) die "PREFIX must be an absolute path, not '$prefix'" ;; esac
+
+share=$prefix/share
+manifest=$share/rag/installed-files
+dirs=$manifest.dirs
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+: >"$tmp/dirs"
+
+# Folders are recorded only when this install creates them, so uninstall never removes a
+# folder that was there before (~/.local/bin, /usr/local/share/man, …).
+mkdirs() { # mkdirs DIR: create DIR and its missing parents, recording each one made
+  local d=$1 todo=()
+  while [ ! -d "$d" ]; do todo=("$d" "${todo[@]}"); d=$(dirname "$d"); done
+  for d in "${todo[@]}"; do mkdir -- "$d" && printf '%s\n' "$d" >>"$tmp/dirs"; done
+}
+: >"$tmp/files"
+put() { # put SRC DEST MODE: install one file and record it
+  mkdirs "$(dirname "$2")"
+  install -m "$3" -- "$1" "$2"
+  printf 'file:%s\n' "$2" >>"$tmp/files"
+}
+
+mkdirs "$share/rag"
+put "$bin" "$prefix/bin/rag" 755
+
+"$bin" man "$tmp/man" >/dev/null 2>&1 || die "$bin man failed"
+for page in "$tmp"/man/*.1; do put "$page" "$share/man/man1/$(basename "$page")" 644; done
+
+"$bin" completions bash >"$tmp/rag.bash"
+"$bin" completions zsh >"$tmp/_rag"
+"$bin" completions fish >"$tmp/rag.fish"
+put "$tmp/rag.bash" "$share/bash-completion/completions/rag" 644
+put "$tmp/_rag" "$share/zsh/site-functions/_rag" 644
+put "$tmp/rag.fish" "$share/fish/vendor_completions.d/rag.fish" 644
+
+# The models: what the model folder lacked before is what this install added.
+models=$(RAG_MODELS_DIR='' bash -c 'case ${XDG_DATA_HOME:-} in /*) echo "$XDG_DATA_HOME/rag/models" ;; *) echo "$HOME/.local/share/rag/models" ;; esac')
+mkdirs "$models/minilm"
+(cd "$models" && find . -type f | sort) >"$tmp/before"
+"$root/scripts/setup.sh" --user "$@"
+(cd "$models" && find . -type f | sort) >"$tmp/after"
+comm -13 "$tmp/before" "$tmp/after" | while IFS= read -r f; do
+  printf 'file:%s\n' "$models/${f#./}" >>"$tmp/files"
+done
+
+# An earlier install's record is kept: a reinstall adds to it rather than forgetting files.
+cat "$tmp/files" >>"$manifest"
+sort -u "$manifest" -o "$manifest"
+[ -f "$tmp/dirs" ] && cat "$tmp/dirs" >>"$dirs"
+
+say "installed $prefix/bin/rag, its man pages and completions, and the models in $models"
+case ":$PATH:" in
+  *":$prefix/bin:"*) ;;
+  *) say "$prefix/bin is not on your PATH: add it, e.g. export PATH=\"$prefix/bin:\$PATH\"" ;;
+esac
+say "try it: rag ingest ~/notes && rag ask \"a question\"   (make uninstall PREFIX=$prefix removes it)"
