@@ -60,6 +60,7 @@ impl Output {
     }
 
     /// Everything as one string, stderr lines marked, for snapshots.
+    #[cfg(test)]
     pub fn transcript(&self) -> String {
         let mut t = self.stdout.clone();
         for (tag, lines) in [

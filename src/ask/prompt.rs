@@ -25,8 +25,6 @@ and cite the source id like [S1] after each sentence.";
 pub struct Source {
     pub n: usize,
     pub hit: Hit,
-    /// Rank in the retrieval result, from 1.
-    pub rank: usize,
     pub score: f32,
 }
 
@@ -153,6 +151,7 @@ pub fn messages(blocks: &[String], question: &str, system: &str) -> Vec<Message>
 /// Packs hits (best first) into `budget` prompt tokens. `overhead` is the token count of the
 /// prompt with no sources; `count` counts a text's tokens exactly as the prompt tokenizes it.
 /// Sources are admitted by rank, then labelled in path and line order.
+#[cfg(test)]
 pub fn pack(
     question: &str,
     ranked: &[(Hit, f32)],
@@ -211,24 +210,24 @@ pub fn pack_turn(
     style: Style,
 ) -> Packed {
     let mut used = overhead;
-    let mut kept: Vec<(usize, &Hit, f32)> = Vec::new();
+    let mut kept: Vec<(&Hit, f32)> = Vec::new();
     let mut dropped = Vec::new();
-    for (rank, (hit, score)) in ranked.iter().enumerate() {
+    for (hit, score) in ranked {
         // Label width does not change the count for fewer than 10 sources, and counting with
         // the widest label keeps the total an upper bound otherwise.
         let cost = count(&source_block(ranked.len().max(10), hit));
         if used + cost <= budget {
             used += cost;
-            kept.push((rank + 1, hit, *score));
+            kept.push((hit, *score));
         } else {
             dropped.push(hit.clone());
         }
     }
     match style.order {
         Order::Path => kept.sort_by(|a, b| {
-            a.1.path
-                .cmp(&b.1.path)
-                .then(a.1.line_start.cmp(&b.1.line_start))
+            a.0.path
+                .cmp(&b.0.path)
+                .then(a.0.line_start.cmp(&b.0.line_start))
         }),
         Order::BestFirst => {}
         Order::BestLast => kept.reverse(),
@@ -236,10 +235,9 @@ pub fn pack_turn(
     let sources: Vec<Source> = kept
         .into_iter()
         .enumerate()
-        .map(|(i, (rank, hit, score))| Source {
+        .map(|(i, (hit, score))| Source {
             n: i + 1,
             hit: hit.clone(),
-            rank,
             score,
         })
         .collect();
@@ -304,7 +302,7 @@ mod tests {
         assert_eq!(p.dropped[0].path, "a.md");
         // a.md:1 sorts before b.md:1 in the prompt, whatever their ranks.
         assert_eq!(p.sources[0].hit.path, "a.md");
-        assert_eq!(p.sources[0].rank, 3);
+        assert_eq!(p.sources[0].hit.line_start, 1, "the third-ranked hit");
         assert_eq!(p.sources[1].hit.path, "b.md");
         assert!(p.prompt_tokens <= 20 + 2 * 16);
     }

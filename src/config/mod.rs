@@ -19,7 +19,7 @@ pub use crate::retrieve::Mode;
 mod file;
 mod flags;
 use file::config_file;
-pub use flags::{EmbedFlags, Flags, IndexFlags, LlmFlags, ModelChoice, RetrievalFlags, ServeFlags};
+pub use flags::{Flags, LlmFlags, ModelChoice, RetrievalFlags};
 
 /// How the embedder's token vectors become one: `embed.pooling`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1175,6 +1175,7 @@ pub fn threads(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flags::{EmbedFlags, IndexFlags, ServeFlags};
 
     fn run(file: Option<&str>, env: &[(&str, &str)], flags: Flags) -> Result<Settings> {
         let dir = tempfile::tempdir().unwrap();

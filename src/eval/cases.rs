@@ -95,7 +95,6 @@ mod budget {
 /// An expected source: which files, and optionally which lines of them.
 #[derive(Debug, Clone)]
 pub struct Expect {
-    pub pattern: String,
     matcher: Matcher,
     lines: Option<(u32, u32)>,
 }
@@ -142,7 +141,6 @@ impl Expect {
             Matcher::Path(pattern.trim_start_matches("./").to_string())
         };
         Ok(Expect {
-            pattern: spec.to_string(),
             matcher,
             lines,
         })
