@@ -140,10 +140,7 @@ impl Expect {
         } else {
             Matcher::Path(pattern.trim_start_matches("./").to_string())
         };
-        Ok(Expect {
-            matcher,
-            lines,
-        })
+        Ok(Expect { matcher, lines })
     }
 
     /// Whether the span `path:start-end` comes from this expected source.

@@ -182,14 +182,7 @@ impl Front {
         if path == "/" && parts.method == Method::GET {
             // The page holds no data and needs no token (its requests carry it), but it is
             // served only under this server's own Host, as the API is.
-            let refused = http::refused(
-                &parts.method,
-                &parts.headers,
-                self.loopback,
-                self.port,
-                &self.allowed_hosts,
-            );
-            if let Some((status, msg)) = refused {
+            if let Some((status, msg)) = self.foreign(&parts) {
                 return plain(status, &msg, &[]);
             }
             self.metrics
@@ -227,6 +220,18 @@ impl Front {
         }
     }
 
+    /// The Host, Origin and Content-Type checks ([`http::refused`]) with this server's
+    /// address and allowed names.
+    fn foreign(&self, parts: &hyper::http::request::Parts) -> Option<(u16, String)> {
+        http::refused(
+            &parts.method,
+            &parts.headers,
+            self.loopback,
+            self.port,
+            &self.allowed_hosts,
+        )
+    }
+
     /// Whether the request may be served at all: not while stopping, not from a foreign
     /// Host or Origin or with a body that is not JSON, not without the token. The refusal
     /// as (status, message, extra headers).
@@ -234,14 +239,7 @@ impl Front {
         if self.stop.load(Ordering::SeqCst) {
             return Err((503, "rag serve is shutting down".into(), vec![]));
         }
-        let refused = http::refused(
-            &parts.method,
-            &parts.headers,
-            self.loopback,
-            self.port,
-            &self.allowed_hosts,
-        );
-        if let Some((status, msg)) = refused {
+        if let Some((status, msg)) = self.foreign(parts) {
             return Err((status, msg, vec![]));
         }
         let Some(token) = &self.token else {
