@@ -31,9 +31,13 @@ uninstall() {
     case $line in file:*) rm -f -- "${line#file:}" && n=$((n + 1)) ;; esac
   done <"$manifest"
   rm -f -- "$manifest"
-  tac "$manifest.dirs" 2>/dev/null | while IFS= read -r d; do rmdir -- "$d" 2>/dev/null || true; done
+  # The list of folders is read before it is removed, so the folder holding it empties too.
+  local made
+  made=$(tac "$manifest.dirs" 2>/dev/null || true)
   rm -f -- "$manifest.dirs"
-  rmdir -- "$prefix/share/rag" 2>/dev/null || true
+  while IFS= read -r d; do
+    [ -n "$d" ] && { rmdir -- "$d" 2>/dev/null || true; }
+  done <<<"$made"
   say "removed $n files installed under $prefix and in the model folder"
 }
 
