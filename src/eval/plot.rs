@@ -196,27 +196,27 @@ fn hits_panel(area: &Area, runs: &[Run]) -> Result<()> {
         .margin(14)
         .x_label_area_size(40)
         .y_label_area_size(52)
-        .build_cartesian_2d(0.0..slots.max(1) as f64, 0.0..1.0)
+        .build_cartesian_2d(0.0..slots.max(1) as f64, 0.0..1.3)
         .map_err(draw)?;
-    let names: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
     let group = (per + 1) as f64;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(slots.max(1) * 2)
-        .x_label_formatter(&|x: &f64| {
-            // One label per mode group, under its middle.
-            let g = (x / group).floor() as usize;
-            let mid = g as f64 * group + per as f64 / 2.0;
-            if (x - mid).abs() < 0.26 {
-                names.get(g).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        .x_labels(0)
         .y_desc("share of questions")
         .draw()
         .map_err(draw)?;
+    // Each group named under its bars' top, inside the plot (plotters' numeric x axis has
+    // no category labels).
+    for (g, mode) in modes.iter().enumerate() {
+        chart
+            .draw_series(std::iter::once(Text::new(
+                mode.to_string(),
+                (g as f64 * group + 0.1, 1.06),
+                (FONT, 14),
+            )))
+            .map_err(draw)?;
+    }
     for (g, mode) in modes.iter().enumerate() {
         for (i, r) in runs.iter().enumerate() {
             let Some(h) = r.hits.get(*mode) else { continue };
@@ -272,7 +272,7 @@ fn ranks_panel(area: &Area, runs: &[Run]) -> Result<()> {
     let mut chart = ChartBuilder::on(area)
         .caption(
             format!(
-                "Rank of the first expected source per case ({mode}; top = none in the top 10)"
+                "Rank of the first expected source per case ({mode}; top row: none in the top 10; colours as above)"
             ),
             (FONT, 17),
         )
@@ -304,7 +304,7 @@ fn ranks_panel(area: &Area, runs: &[Run]) -> Result<()> {
             }))
             .map_err(draw)?;
     }
-    legend(&chart, runs)
+    Ok(())
 }
 
 /// An HTML page: the SVG inline, then every run's figures as a table.
@@ -329,7 +329,7 @@ pub fn html(title: &str, runs: &[Run], svg: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\n\
          <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>\n\
-         <h1>{t}</h1>\n{svg}\n<table><tr><th>run</th><th>keywords</th><th>mean answer s</th>\
+         {svg}\n<table><tr><th>run</th><th>keywords</th><th>mean answer s</th>\
          <th>hit@1 / hit@5 / hit@10</th></tr>\n{rows}</table>\n</body></html>\n",
         t = escape(title)
     )

@@ -128,7 +128,10 @@ fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_noth
         !data.join("rag").exists(),
         "the folders it made are gone too"
     );
-    assert!(!prefix.exists(), "PREFIX did not exist before the install, so it goes too");
+    assert!(
+        !prefix.exists(),
+        "PREFIX did not exist before the install, so it goes too"
+    );
     // Uninstalling again is not an error: there is nothing to remove.
     assert!(make("uninstall", &prefix, &data, &home).status.success());
 }
