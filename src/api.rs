@@ -4,8 +4,9 @@
 
 use serde_json::Value;
 
-use crate::ask::Query;
-use crate::retrieve::{self, Mode};
+use crate::config::Mode;
+use crate::retrieve;
+use crate::retrieve::Query;
 
 /// The query `args` asks for, on top of the configured defaults in `base`. `key` holds the
 /// text (`query` or `question`); `extra` names further keys the caller reads itself. Any

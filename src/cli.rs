@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::retrieve::Mode;
+use crate::config::Mode;
 
 #[derive(Debug, Parser)]
 #[command(

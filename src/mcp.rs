@@ -30,11 +30,11 @@ use rmcp::service::{RequestContext, ServerInitializeError};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 
-use crate::ask::Query;
+use crate::config::Mode;
 use crate::engine::Answerer;
 use crate::exit::Exit;
 use crate::printer::SearchHit;
-use crate::retrieve::Mode;
+use crate::retrieve::Query;
 use crate::ui::Ui;
 
 // The tools' arguments. The schemas clients see are derived from these types; the values
@@ -259,14 +259,17 @@ fn call(e: &Engine, name: &str, args: &Value) -> CallToolResult {
         Err(msg) => return tool_result(msg.clone(), json!({ "error": msg }), true),
     };
     let outcome = if name == "search" {
-        e.answerer.retrieve(&q, &e.ui).map(|(ranked, ms)| {
+        e.answerer.retrieve(&q).map(|(ranked, ms)| {
             let hits = SearchHit::all(&ranked);
             let text = crate::printer::hits(&q.text, &hits, ms, false).stdout;
             tool_result(text, json!({"query": q.text, "hits": hits}), false)
         })
     } else {
         e.answerer
-            .answer(&q, e.cache, &e.ui, &mut |_| Ok(()))
+            .answer(&q, e.cache, &mut |ev| {
+                crate::printer::aside(&ev, &e.ui);
+                Ok(())
+            })
             .map(|a| {
                 let mut text = a.answer.clone();
                 if !a.abstained {

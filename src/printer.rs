@@ -6,9 +6,11 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::ask::{cite, Answer, SourceOut, Timings, ABSTAIN_TEXT};
-use crate::engine::Event;
-use crate::ingest::Report;
+use crate::answer::{Answer, Event, SourceOut, Timings, ABSTAIN_TEXT};
+use crate::ask::cite;
+use crate::config::Mode;
+use crate::ingest::{Plan, Progress, Report};
+use crate::retrieve::Ranked;
 use crate::ui::Ui;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +93,15 @@ impl Printer {
     pub fn event(&self, e: &Event) -> Output {
         let mut o = Output::default();
         match (e, self.format) {
+            (
+                Event::Ranked {
+                    ranked,
+                    mode,
+                    filter,
+                },
+                _,
+            ) => return ranking(ranked, *mode, *filter),
+            (Event::Warning(w), _) => o.warn.push(w.to_string()),
             (Event::Dropped(d), _) => o.info.push(format!(
                 "note: {}:{}-{} did not fit the context budget",
                 d.path, d.line_start, d.line_end
@@ -267,7 +278,7 @@ pub struct SearchHit<'a> {
 
 impl<'a> SearchHit<'a> {
     /// The hits of a retrieval, ranked from 1.
-    pub fn all(ranked: &'a [crate::retrieve::Ranked]) -> Vec<SearchHit<'a>> {
+    pub fn all(ranked: &'a [Ranked]) -> Vec<SearchHit<'a>> {
         ranked
             .iter()
             .enumerate()
@@ -321,30 +332,7 @@ pub fn ingest(r: &Report, json: bool) -> Output {
         return o;
     }
     if let Some(plan) = &r.dry_run {
-        for (what, list) in [
-            ("add", &plan.added),
-            ("change", &plan.changed),
-            ("remove", &plan.removed),
-        ] {
-            for p in list {
-                o.out(&format!("{what:7} {p}"));
-            }
-        }
-        let todo = plan.added.len() + plan.changed.len() + plan.removed.len();
-        o.info.push(if todo == 0 {
-            format!(
-                "up to date: nothing to add, change or remove ({} unchanged)",
-                plan.unchanged
-            )
-        } else {
-            format!(
-                "not up to date: {} to add, {} to change, {} to remove ({} unchanged); nothing written",
-                plan.added.len(),
-                plan.changed.len(),
-                plan.removed.len(),
-                plan.unchanged
-            )
-        });
+        ingest_plan(&mut o, plan);
         return o;
     }
     for f in &r.files_skipped {
@@ -376,6 +364,156 @@ pub fn ingest(r: &Report, json: bool) -> Output {
         r.chunks_deleted,
         r.elapsed_ms as f64 / 1e3
     ));
+    o
+}
+
+/// The plan of a dry run or `--check`: a line per file to add, change or remove, and a
+/// summary that says whether the index is up to date, since nothing was written.
+fn ingest_plan(o: &mut Output, plan: &Plan) {
+    for (what, list) in [
+        ("add", &plan.added),
+        ("change", &plan.changed),
+        ("remove", &plan.removed),
+    ] {
+        for p in list {
+            o.out(&format!("{what:7} {p}"));
+        }
+    }
+    let todo = plan.added.len() + plan.changed.len() + plan.removed.len();
+    o.info.push(if todo == 0 {
+        format!(
+            "up to date: nothing to add, change or remove ({} unchanged)",
+            plan.unchanged
+        )
+    } else {
+        format!(
+            "not up to date: {} to add, {} to change, {} to remove ({} unchanged); nothing written",
+            plan.added.len(),
+            plan.changed.len(),
+            plan.removed.len(),
+            plan.unchanged
+        )
+    });
+}
+
+/// Shows on stderr what the engine reports besides the answer (warnings, the `-v`
+/// ranking); whether `e` was one of those. Front ends whose stdout is a protocol (serve,
+/// mcp, `ask --batch`) or that show the answer their own way (eval) pass the rest on.
+pub fn aside(e: &Event, ui: &Ui) -> bool {
+    match e {
+        Event::Warning(_) | Event::Ranked { .. } => {
+            let plain = Printer {
+                format: Format::Text,
+                live: false,
+                stats: false,
+            };
+            // Only stderr lines: nothing here can fail to write.
+            let _ = plain.event(e).emit(ui);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A spinner on a terminal while the engine reads the prompt (`Event::Prefill` starts it,
+/// `Event::Prefilled`, or the end of the answer, clears it).
+#[derive(Default)]
+pub struct PrefillSpinner(Option<indicatif::ProgressBar>);
+
+impl PrefillSpinner {
+    pub fn event(&mut self, e: &Event, ui: &Ui) {
+        match e {
+            Event::Prefill { tokens } => {
+                self.0 = Some(ui.spinner(&format!("reading {tokens} prompt tokens")));
+            }
+            Event::Prefilled => self.clear(),
+            _ => {}
+        }
+    }
+
+    fn clear(&mut self) {
+        if let Some(s) = self.0.take() {
+            s.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for PrefillSpinner {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// An ingest's progress on a terminal: the embedding bar, a spinner for each step after
+/// it, warnings and notes on stderr.
+#[derive(Default)]
+pub struct IngestProgress(Option<indicatif::ProgressBar>);
+
+impl IngestProgress {
+    pub fn event(&mut self, p: &Progress, ui: &Ui) {
+        match p {
+            Progress::Warning(w) => ui.warn(w),
+            Progress::Note(n) => ui.info(n),
+            Progress::Embedding {
+                done,
+                total,
+                tok_per_s,
+            } => {
+                let bar = self
+                    .0
+                    .get_or_insert_with(|| ui.progress(*total, "embedding"));
+                bar.set_position(*done);
+                if let Some(r) = tok_per_s {
+                    bar.set_message(format!("{r:.0} tok/s"));
+                }
+            }
+            Progress::Step(what) => {
+                self.clear();
+                self.0 = Some(ui.spinner(what));
+            }
+            Progress::Done => self.clear(),
+        }
+    }
+
+    fn clear(&mut self) {
+        if let Some(b) = self.0.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for IngestProgress {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// How retrieval ranked the spans (`-v`), on stderr: each span's rank and score in the
+/// vector and text retrievers, the fused score, and the reranker's when there is one.
+pub fn ranking(ranked: &[Ranked], mode: Mode, filter: Option<&str>) -> Output {
+    let rank = |r: Option<usize>, s: Option<f32>| match (r, s) {
+        (Some(r), Some(s)) => format!("#{r} ({s:.3})"),
+        _ => "-".to_string(),
+    };
+    let mut o = Output::default();
+    o.stderr.push(format!(
+        "retrieval: mode {mode:?}, filter {}",
+        filter.unwrap_or("none")
+    ));
+    for (i, r) in ranked.iter().enumerate() {
+        let rerank = r.rerank_score.map(|s| format!("  rerank {s:.3}"));
+        o.stderr.push(format!(
+            "  {:>2}. {}:{}-{}  vector {}  text {}  fused {:.4}{}",
+            i + 1,
+            r.hit.path,
+            r.hit.line_start,
+            r.hit.line_end,
+            rank(r.vector_rank, r.vector_score),
+            rank(r.text_rank, r.text_score),
+            r.score,
+            rerank.unwrap_or_default()
+        ));
+    }
     o
 }
 

@@ -233,29 +233,7 @@ pub(crate) fn sentences(text: &str) -> Vec<std::ops::Range<usize>> {
 
 /// Checks `answer` against `sources` (label number → source text).
 pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
-    let known: HashSet<usize> = sources.iter().map(|(n, _)| *n).collect();
-    // Remove invalid markers (and invalid numbers inside lists).
-    let mut cleaned = String::with_capacity(answer.len());
-    let mut invalid = Vec::new();
-    let mut last = 0;
-    for (range, nums) in markers(answer) {
-        cleaned.push_str(&answer[last..range.start]);
-        let keep: Vec<usize> = nums.iter().copied().filter(|n| known.contains(n)).collect();
-        invalid.extend(
-            nums.iter()
-                .filter(|n| !known.contains(n))
-                .map(|n| format!("S{n}")),
-        );
-        if !keep.is_empty() {
-            let list: Vec<String> = keep.iter().map(|n| format!("S{n}")).collect();
-            cleaned.push_str(&format!("[{}]", list.join(", ")));
-        } else if cleaned.ends_with(' ') {
-            cleaned.pop();
-        }
-        last = range.end;
-    }
-    cleaned.push_str(&answer[last..]);
-
+    let (cleaned, invalid) = drop_invalid_markers(answer, sources);
     let source_words: Vec<(usize, HashSet<String>)> = sources
         .iter()
         .map(|(n, t)| (*n, content_words(t).into_iter().collect()))
@@ -303,6 +281,33 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
         invalid,
         uncited,
     }
+}
+
+/// `answer` without markers naming no packed source, and those markers: they cite nothing.
+fn drop_invalid_markers(answer: &str, sources: &[(usize, &str)]) -> (String, Vec<String>) {
+    let known: HashSet<usize> = sources.iter().map(|(n, _)| *n).collect();
+    // Remove invalid markers (and invalid numbers inside lists).
+    let mut cleaned = String::with_capacity(answer.len());
+    let mut invalid = Vec::new();
+    let mut last = 0;
+    for (range, nums) in markers(answer) {
+        cleaned.push_str(&answer[last..range.start]);
+        let keep: Vec<usize> = nums.iter().copied().filter(|n| known.contains(n)).collect();
+        invalid.extend(
+            nums.iter()
+                .filter(|n| !known.contains(n))
+                .map(|n| format!("S{n}")),
+        );
+        if !keep.is_empty() {
+            let list: Vec<String> = keep.iter().map(|n| format!("S{n}")).collect();
+            cleaned.push_str(&format!("[{}]", list.join(", ")));
+        } else if cleaned.ends_with(' ') {
+            cleaned.pop();
+        }
+        last = range.end;
+    }
+    cleaned.push_str(&answer[last..]);
+    (cleaned, invalid)
 }
 
 /// The line of `source` that shares most content words with a claim (the first of equals),

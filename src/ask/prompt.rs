@@ -5,6 +5,7 @@
 //! order (by path and line, not by rank), then the question. Two asks that retrieve the same
 //! sources share every token up to the question, and the KV cache keeps them.
 
+pub use crate::config::Order;
 use crate::llm::Message;
 use crate::store::Hit;
 
@@ -185,18 +186,6 @@ impl Default for Style<'_> {
             order: Order::Path,
         }
     }
-}
-
-/// The order of the packed sources in the prompt (`retrieval.source_order`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Order {
-    /// By path and line: two asks that retrieve the same sources share the prompt prefix.
-    Path,
-    /// The best-ranked source first.
-    BestFirst,
-    /// The best-ranked source last, next to the question.
-    BestLast,
 }
 
 /// [`pack`] for a turn that follows `history`; `overhead` counts the history too.

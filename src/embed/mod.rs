@@ -1,9 +1,10 @@
 //! Text embeddings with fastembed on ONNX Runtime, loaded from local files only (crates
 //! fastembed and ort live here and nowhere else), or from an OpenAI-compatible server
-//! (`embed.backend = "openai"`, see `remote::embed`). Also owns the embedder's tokenizer, which
+//! (`embed.backend = "openai"`, see `embed::remote`). Also owns the embedder's tokenizer, which
 //! the chunker uses to size chunks, so a chunk is never silently truncated by the model.
 //! The optional cross-encoder reranker lives in [`rerank`].
 
+mod remote;
 mod rerank;
 pub use rerank::Reranker;
 
@@ -56,7 +57,7 @@ fn mean() -> String {
 /// Where the vectors come from.
 enum Model {
     Local(Box<TextEmbedding>),
-    Remote(crate::remote::Embeddings),
+    Remote(remote::Embeddings),
 }
 
 pub struct Embedder {
@@ -174,6 +175,20 @@ fn tokenizer_files(dir: &Path, keys: &str) -> Result<TokenizerFiles> {
     })
 }
 
+/// ONNX Runtime's settings for the local model, so it shares the CPU fairly with llama.cpp.
+fn session_options(s: &EmbedSettings) -> Result<InitOptionsUserDefined> {
+    let env = ort_environment(&s.ort_lib)?;
+    let n = threads(s.threads);
+    Ok(InitOptionsUserDefined::new()
+        .with_environment(env)
+        .with_max_length(s.max_length)
+        .with_intra_threads(n)
+        // Idle ONNX Runtime workers must not spin while llama.cpp needs the cores.
+        .with_session_config("session.intra_op.allow_spinning", "0")
+        .with_session_config("session.inter_op.allow_spinning", "0")
+        .with_auto_device(AutoDevicePolicy::PreferCPU))
+}
+
 impl Embedder {
     pub fn load(s: &EmbedSettings) -> Result<Embedder> {
         let started = std::time::Instant::now();
@@ -201,16 +216,7 @@ impl Embedder {
         let model = UserDefinedEmbeddingModel::new(onnx, files)
             .with_pooling(pooling)
             .with_quantization(QuantizationMode::None);
-        let env = ort_environment(&s.ort_lib)?;
-        let n = threads(s.threads);
-        let options = InitOptionsUserDefined::new()
-            .with_environment(env)
-            .with_max_length(s.max_length)
-            .with_intra_threads(n)
-            // Idle ONNX Runtime workers must not spin while llama.cpp needs the cores.
-            .with_session_config("session.intra_op.allow_spinning", "0")
-            .with_session_config("session.inter_op.allow_spinning", "0")
-            .with_auto_device(AutoDevicePolicy::PreferCPU);
+        let options = session_options(s)?;
         let mut model = TextEmbedding::try_new_from_user_defined(model, options).map_err(|e| {
             ExitError::model(format!(
                 "cannot load the embedding model {}: {e}",
@@ -262,7 +268,7 @@ impl Embedder {
             .with_truncation(None)
             .map_err(|e| anyhow!("configuring the tokenizer: {e}"))?;
         counter.with_padding(None);
-        let remote = crate::remote::Embeddings::open(s)?;
+        let remote = remote::Embeddings::open(s)?;
         let dim = remote
             .embed(&["dimension probe"])?
             .first()

@@ -4,33 +4,65 @@
 //! its own loop guard and citer. Answers are checked exactly as one-shot answers are. A
 //! remote generator gets up to `llm.parallel` requests at once instead: its server batches.
 
+use anyhow::{anyhow, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
-use anyhow::{anyhow, Result};
-
-use super::{settle, sources_out, Answerer, Loaded, Prepared};
-use crate::ask::{stream::AnswerStream, Answer, Query, SourceOut, Timings};
-use crate::llm::Job;
-use crate::ui::Ui;
+use super::{settle, sources_out, Answer, Answerer, On, Prepared, SoFar, SourceOut};
+use crate::ask::stream::AnswerStream;
+use crate::llm::{Job, Llm};
+use crate::retrieve::Query;
 
 /// A question ready to generate.
 struct Ready {
     i: usize,
     prep: Prepared,
     sources: Vec<SourceOut>,
-    timings: Timings,
-    started: Instant,
+    so_far: SoFar,
+}
+
+/// One job per question whose prompt tokenizes, each streaming into its own state; the
+/// questions asked (indexes into `group`). A question whose prompt cannot be tokenized fails
+/// alone, in `answers`.
+fn batch_jobs<'s>(
+    llm: &Llm,
+    group: &[&Ready],
+    states: &'s mut [(AnswerStream, String)],
+    answers: &mut [Option<Result<Answer>>],
+) -> (Vec<Job<'s>>, Vec<usize>) {
+    let mut jobs = Vec::new();
+    let mut asked = Vec::new();
+    for (k, (r, state)) in group.iter().zip(states.iter_mut()).enumerate() {
+        let prompt = match llm.chat_tokens(&r.prep.packed.messages) {
+            Ok(p) => p,
+            Err(e) => {
+                answers[k] = Some(Err(e));
+                continue;
+            }
+        };
+        asked.push(k);
+        jobs.push(Job {
+            prompt,
+            on_piece: Box::new(move |piece: &str| match state.0.push(piece) {
+                Some(p) => {
+                    state.1.push_str(&p);
+                    true
+                }
+                None => false,
+            }),
+        });
+    }
+    (jobs, asked)
 }
 
 impl Answerer {
     /// Answers every query (in their order); a question that fails does not stop the rest.
-    pub fn answer_many(&self, qs: &[Query], ui: &Ui) -> Vec<Result<Answer>> {
+    /// `on` gets each question's retrieval events (`-v`); the answers come back whole.
+    pub fn answer_many(&self, qs: &[Query], on: On<'_>) -> Vec<Result<Answer>> {
         let mut out: Vec<Option<Result<Answer>>> = qs.iter().map(|_| None).collect();
         let mut ready = Vec::new();
         for (i, q) in qs.iter().enumerate() {
-            match self.ready(i, q, ui) {
+            match self.ready(i, q, on) {
                 Ok(Ok(r)) => ready.push(r),
                 Ok(Err(a)) => out[i] = Some(Ok(a)),
                 Err(e) => out[i] = Some(Err(e)),
@@ -61,8 +93,8 @@ impl Answerer {
     }
 
     /// Retrieves, checks abstention and packs question `i`: ready, or already answered.
-    fn ready(&self, i: usize, q: &Query, ui: &Ui) -> Result<Result<Ready, Answer>> {
-        let r = match self.retrieve_checked(q, &q.text, ui)? {
+    fn ready(&self, i: usize, q: &Query, on: On<'_>) -> Result<Result<Ready, Answer>> {
+        let r = match self.retrieve_checked(q, &q.text, on)? {
             Ok(r) => r,
             Err(abstention) => return Ok(Err(abstention)),
         };
@@ -71,50 +103,32 @@ impl Answerer {
             i,
             sources: sources_out(&prep.packed),
             prep,
-            timings: r.timings,
-            started: r.started,
+            so_far: r.so_far,
         }))
     }
 
     /// Generates the answers of `group` (all on one generator) together.
     fn generate_group(&self, qs: &[Query], group: &[&Ready]) -> Result<Vec<Result<Answer>>> {
         let loaded = self.loaded(group[0].prep.model);
-        let Loaded::Local { llm, .. } = loaded else {
+        let Some((llm, _)) = loaded.local() else {
             return Ok(self.remote_group(qs, group));
         };
-        let (params, _) = loaded.window(&self.settings)?;
+        let (params, _) = self.window(loaded)?;
         let texts: Vec<_> = group.iter().map(|r| r.prep.packed.texts()).collect();
         let add = self.settings.llm.add_citations;
         let mut states: Vec<(AnswerStream, String)> = texts
             .iter()
             .map(|t| (AnswerStream::new(t, add), String::new()))
             .collect();
-        // A question whose prompt cannot be tokenized or started fails alone.
-        let mut jobs = Vec::new();
         let mut answers: Vec<Option<Result<Answer>>> = group.iter().map(|_| None).collect();
-        let mut asked = Vec::new();
-        for (k, (r, state)) in group.iter().zip(states.iter_mut()).enumerate() {
-            let prompt = match llm.chat_tokens(&r.prep.packed.messages) {
-                Ok(p) => p,
-                Err(e) => {
-                    answers[k] = Some(Err(e));
-                    continue;
-                }
-            };
-            asked.push(k);
-            jobs.push(Job {
-                prompt,
-                on_piece: Box::new(move |piece: &str| match state.0.push(piece) {
-                    Some(p) => {
-                        state.1.push_str(&p);
-                        true
-                    }
-                    None => false,
-                }),
-            });
-        }
+        let (jobs, asked) = batch_jobs(llm, group, &mut states, &mut answers);
         let parallel = self.settings.llm.parallel;
-        let done = llm.generate_many(&params, parallel, &self.settings.sampling(), jobs)?;
+        let done = llm.generate_many(
+            &params,
+            parallel,
+            &crate::llm::Sampling::of(&self.settings.llm),
+            jobs,
+        )?;
         let mut states: Vec<Option<(AnswerStream, String)>> =
             states.into_iter().map(Some).collect();
         for (k, d) in asked.into_iter().zip(done) {
@@ -129,8 +143,7 @@ impl Answerer {
                     r.sources.clone(),
                     &raw,
                     (&d.prefill, &decode, stream.added_citations()),
-                    r.timings.clone(),
-                    r.started,
+                    r.so_far.clone(),
                 )
             }));
         }
@@ -158,8 +171,7 @@ impl Answerer {
                             &qs[r.i].text,
                             &r.prep,
                             r.sources.clone(),
-                            r.timings.clone(),
-                            r.started,
+                            r.so_far.clone(),
                             &mut |_| Ok(()),
                         )
                         .map(|(a, _)| a);

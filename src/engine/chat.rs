@@ -4,15 +4,13 @@
 //! for its own question (with the previous question's words when it is a follow-up), shapes
 //! and packs its sources like a one-shot answer, streams, and checks citations.
 
-use std::time::Instant;
-
 use anyhow::Result;
 
-use super::{Answerer, Event, Loaded, Prepared};
+use super::{Answer, Answerer, Event, On, Prepared};
 use crate::ask::prompt::{self, Turn};
-use crate::ask::{followup_query, route, should_abstain, Answer, Query, Timings};
+use crate::ask::{followup_query, route};
 use crate::llm::Session;
-use crate::ui::Ui;
+use crate::retrieve::Query;
 
 pub struct Chat<'e> {
     engine: &'e Answerer,
@@ -32,10 +30,10 @@ impl<'e> Chat<'e> {
     pub fn open(engine: &'e Answerer) -> Result<Chat<'e>> {
         let model = engine.model(super::fixed_tier(engine.settings.llm.route))?;
         let loaded = engine.loaded(model);
-        let (params, reserve) = loaded.window(&engine.settings)?;
-        let session = match loaded {
-            Loaded::Local { llm, .. } => Some(llm.session(&params)?),
-            Loaded::Remote(_) => None,
+        let (params, reserve) = engine.window(loaded)?;
+        let session = match loaded.local() {
+            Some((llm, _)) => Some(llm.session(&params)?),
+            None => None,
         };
         Ok(Chat {
             engine,
@@ -54,44 +52,38 @@ impl<'e> Chat<'e> {
 
     /// Answers one turn. `on` gets the same events as a one-shot answer; failing a piece with
     /// `ErrorKind::Interrupted` stops that answer (stop reason `cancelled`) and keeps the chat.
-    pub fn turn(
-        &mut self,
-        base: &Query,
-        question: &str,
-        ui: &Ui,
-        on: &mut dyn FnMut(Event) -> std::io::Result<()>,
-    ) -> Result<Answer> {
-        let started = Instant::now();
+    pub fn turn(&mut self, base: &Query, question: &str, on: On<'_>) -> Result<Answer> {
         let engine = self.engine;
         let q = Query {
             text: followup_query(&self.asked, question),
             ..base.clone()
         };
         self.asked.push(question.to_string());
-        let mode = q.mode.unwrap_or(engine.mode);
-        let (ranked, retrieval_ms) = engine.retrieve(&q, ui)?;
-        let timings = Timings {
-            retrieval_ms,
-            ..Timings::default()
+        let r = match engine.retrieve_checked(&q, question, on)? {
+            Ok(r) => r,
+            Err(abstention) => return Ok(abstention),
         };
-        if should_abstain(&ranked, mode, engine.settings.retrieval.min_similarity) {
-            return Ok(super::abstained(question, timings, &ranked));
-        }
-        let ranked = engine.shape(question, &ranked)?;
+        let ranked = engine.shape(question, &r.ranked)?;
         let prep = self.pack(question, &ranked)?;
-        let sources = super::announce(&prep, retrieval_ms, on)?;
-        let (answer, raw) = match (&mut self.session, engine.loaded(self.model)) {
-            (Some(session), Loaded::Local { llm, .. }) => {
+        let sources = super::announce(&prep, r.so_far.timings.retrieval_ms, on)?;
+        let loaded = engine.loaded(self.model);
+        let so_far = r.so_far;
+        let (answer, raw) = match (&mut self.session, loaded.local()) {
+            (Some(session), Some((llm, _))) => {
                 let tokens = llm.chat_tokens(&prep.packed.messages)?;
+                on(Event::Prefill {
+                    tokens: tokens.len(),
+                })?;
                 let prefill = session.prefill(&tokens)?;
-                let (params, _) = engine.loaded(self.model).window(&engine.settings)?;
-                let mut drafter = engine.drafter(llm, &params, ui);
+                on(Event::Prefilled)?;
+                let (params, _) = engine.window(loaded)?;
+                let mut drafter = engine.drafter(llm, &params, on)?;
                 let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
                     Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
                 };
-                engine.stream_checked(question, &prep, sources, timings, started, on, generate)?
+                engine.stream_checked(question, &prep, sources, so_far, on, generate)?
             }
-            _ => engine.remote_checked(question, &prep, sources, timings, started, on)?,
+            _ => engine.remote_checked(question, &prep, sources, so_far, on)?,
         };
         let user = prep
             .packed

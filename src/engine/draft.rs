@@ -5,31 +5,36 @@
 
 use std::sync::OnceLock;
 
+use super::{Answerer, Event, On};
 use crate::config::Speculative;
 use crate::llm::speculate::{Drafter, Lookup, ModelDraft};
 use crate::llm::{ContextParams, Llm};
-use crate::ui::Ui;
-
-use super::Answerer;
 
 /// The draft model, or why it could not be loaded (kept, so a failure is not retried).
 pub(super) type DraftSlot = OnceLock<std::result::Result<Llm, String>>;
 
 impl Answerer {
-    /// The draft for an answer by `llm` in a context of `params`.
-    pub(super) fn drafter(&self, llm: &Llm, params: &ContextParams, ui: &Ui) -> Drafter<'_> {
-        match self.settings.llm.speculative {
+    /// The draft for an answer by `llm` in a context of `params`; a draft model that cannot
+    /// serve is a warning on `on`.
+    pub(super) fn drafter(
+        &self,
+        llm: &Llm,
+        params: &ContextParams,
+        on: On<'_>,
+    ) -> std::io::Result<Drafter<'_>> {
+        Ok(match self.settings.llm.speculative {
             Speculative::Off => Drafter::Off,
             Speculative::Lookup => Drafter::Lookup(Lookup::new(self.settings.llm.draft_tokens)),
             Speculative::Draft => match self.model_draft(llm, params) {
                 Ok(Some(d)) => Drafter::Model(d),
                 Ok(None) => Drafter::Lookup(Lookup::new(self.settings.llm.draft_tokens)),
                 Err(e) => {
-                    ui.warn(&format!("{e:#}; drafting from the prompt instead"));
+                    let w = format!("{e:#}; drafting from the prompt instead");
+                    on(Event::Warning(&w))?;
                     Drafter::Lookup(Lookup::new(self.settings.llm.draft_tokens))
                 }
             },
-        }
+        })
     }
 
     /// `None` when the answering model is the draft model (it would only guess itself).

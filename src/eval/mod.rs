@@ -15,11 +15,13 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use crate::ask::{Answer, Query};
+use crate::config::Mode;
 use crate::config::Settings;
+use crate::engine::Answer;
 use crate::engine::Answerer;
 use crate::exit::{Exit, ExitError};
-use crate::retrieve::{Mode, Ranked};
+use crate::retrieve::Query;
+use crate::retrieve::Ranked;
 use crate::ui::Ui;
 use cases::Compiled;
 use report::{AnswerSummary, Failure, JunitCase, ModeSummary};
@@ -118,17 +120,7 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
     let started = Instant::now();
     let cases = cases::load(&o.file)?;
     let main = o.modes.first().copied().unwrap_or(Mode::Hybrid);
-    let floors = match &o.min {
-        Some(spec) => report::parse_floors(spec, &mode_name(main)).map_err(ExitError::usage)?,
-        None => vec![],
-    };
-    if o.max_regression
-        .is_some_and(|x| !(x.is_finite() && x >= 0.0))
-    {
-        return Err(ExitError::usage(
-            "--max-regression must be a number of 0 or more (for example 0.02)".into(),
-        ));
-    }
+    let floors = gate_floors(o, main)?;
     let baseline = o.baseline.as_ref().map(|p| load_baseline(p)).transpose()?;
     // Read before the run, so a wrong path fails now and not after an hour of answers.
     let earlier = earlier_runs(o)?;
@@ -166,15 +158,7 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
         results,
     };
-    if let Some(path) = &o.junit {
-        let xml = report::junit(&junit_suites(&out, &cases, main), out.elapsed_ms / 1e3);
-        std::fs::write(path, xml)
-            .with_context(|| format!("writing the JUnit file {}", path.display()))?;
-    }
-    if let Some(path) = &o.save_json {
-        std::fs::write(path, serde_json::to_string_pretty(&out)?)
-            .with_context(|| format!("writing the JSON report {}", path.display()))?;
-    }
+    write_outputs(&out, o, &cases, main)?;
     if let Some(path) = &o.report {
         draw_report(path, &out, earlier, o)?;
     }
@@ -184,6 +168,38 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
     } else {
         Exit::QualityGate
     })
+}
+
+/// The `--min` floors, with the gate options checked before the engine loads, so a typo
+/// fails at once and not after an hour of answers.
+fn gate_floors(o: &EvalOptions, main: Mode) -> Result<Vec<(String, f64)>> {
+    let floors = match &o.min {
+        Some(spec) => report::parse_floors(spec, &mode_name(main)).map_err(ExitError::usage)?,
+        None => vec![],
+    };
+    if o.max_regression
+        .is_some_and(|x| !(x.is_finite() && x >= 0.0))
+    {
+        return Err(ExitError::usage(
+            "--max-regression must be a number of 0 or more (for example 0.02)".into(),
+        ));
+    }
+    Ok(floors)
+}
+
+/// The files a CI job reads (`--junit`, `--save-json`), written before the printout so they
+/// exist even when printing fails.
+fn write_outputs(out: &EvalReport, o: &EvalOptions, cases: &[Compiled], main: Mode) -> Result<()> {
+    if let Some(path) = &o.junit {
+        let xml = report::junit(&junit_suites(out, cases, main), out.elapsed_ms / 1e3);
+        std::fs::write(path, xml)
+            .with_context(|| format!("writing the JUnit file {}", path.display()))?;
+    }
+    if let Some(path) = &o.save_json {
+        std::fs::write(path, serde_json::to_string_pretty(out)?)
+            .with_context(|| format!("writing the JSON report {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The runs `--report` draws beside this one: the baseline, then each `--report-with`.
@@ -241,7 +257,7 @@ fn run_cases(
     for c in cases {
         let mut per_mode = BTreeMap::new();
         for &mode in &o.modes {
-            per_mode.insert(mode_name(mode), retrieval_case(engine, c, mode, o, ui)?);
+            per_mode.insert(mode_name(mode), retrieval_case(engine, c, mode, o)?);
             bar.inc(1);
         }
         let answer = if o.answers {
@@ -268,7 +284,6 @@ fn retrieval_case(
     c: &Compiled,
     mode: Mode,
     o: &EvalOptions,
-    ui: &Ui,
 ) -> Result<CaseMode> {
     let text = query_text(c);
     let q = |k: usize| Query {
@@ -278,7 +293,7 @@ fn retrieval_case(
         filter: o.query.filter.clone(),
         verbose: false,
     };
-    let (ranked10, _) = engine.retrieve(&q(10), ui)?;
+    let (ranked10, _) = engine.retrieve(&q(10))?;
     let matches: Vec<Option<usize>> = ranked10.iter().map(|r| matched(c, r)).collect();
     let ranking = metrics::ranking(&matches, c.expect.len());
     // The context `ask` would pack: its own top-k (retrieved again when it is not 10, since
@@ -286,7 +301,7 @@ fn retrieval_case(
     let ranked_k = if o.query.top_k == 10 {
         ranked10.clone()
     } else {
-        engine.retrieve(&q(o.query.top_k), ui)?.0
+        engine.retrieve(&q(o.query.top_k))?.0
     };
     let prep = engine.prepare(&c.case.question, &ranked_k)?;
     let context: String = prep
@@ -330,9 +345,12 @@ fn answer_case(
         filter: o.query.filter.clone(),
         verbose: false,
     };
-    let a: Answer =
-        engine.answer_with_question(&q, &c.case.question, false, ui, &mut |_| Ok(()))?;
-    let supported: Vec<&crate::ask::SourceOut> = a
+    let mut aside = |e: crate::engine::Event| -> std::io::Result<()> {
+        crate::printer::aside(&e, ui);
+        Ok(())
+    };
+    let a: Answer = engine.answer_with_question(&q, &c.case.question, false, &mut aside)?;
+    let supported: Vec<&crate::engine::SourceOut> = a
         .citations
         .iter()
         .filter(|x| x.supported)

@@ -254,13 +254,6 @@ pub fn table(
     deltas: Option<&BTreeMap<String, f64>>,
 ) -> String {
     let mut t = String::new();
-    let d = |key: String| -> String {
-        match deltas.and_then(|d| d.get(&key)) {
-            Some(x) if x.abs() >= 0.0005 => format!(" ({x:+.3})"),
-            Some(_) => " (=)".to_string(),
-            None => String::new(),
-        }
-    };
     let _ = writeln!(
         t,
         "{:<8} {:>14} {:>14} {:>14} {:>14} {:>14} {:>15} {:>8}",
@@ -268,7 +261,9 @@ pub fn table(
     );
     for mode in order {
         let Some(s) = modes.get(mode) else { continue };
-        let c = |name: &str, v: Option<f64>| format!("{}{}", cell(v), d(format!("{mode}.{name}")));
+        let c = |name: &str, v: Option<f64>| {
+            format!("{}{}", cell(v), delta(deltas, &format!("{mode}.{name}")))
+        };
         let _ = writeln!(
             t,
             "{:<8} {:>14} {:>14} {:>14} {:>14} {:>14} {:>15} {:>8}",
@@ -283,41 +278,59 @@ pub fn table(
         );
     }
     if let Some(a) = answers {
-        let c = |name: &str, v: Option<f64>| format!("{}{}", cell(v), d(format!("answers.{name}")));
-        let _ = writeln!(
-            t,
-            "\nanswers ({}): keywords {} (given the context {}) · citations {} · abstained {} · false refusals {} · uncited {}/answer",
-            a.model,
-            c("keywords", a.keywords),
-            c("reader", a.reader),
-            c("citations", a.citations),
-            c("abstained", Some(a.abstained)),
-            c("false_refusals", a.false_refusals),
-            cell(a.uncited_per_answer),
-        );
-        let _ = writeln!(
-            t,
-            "prompt tokens p50 {} p95 {} · first token p50 {} ms p95 {} ms · decode p50 {} tok/s p95 {} tok/s",
-            whole(a.prompt_tokens_p50),
-            whole(a.prompt_tokens_p95),
-            whole(a.ttft_ms_p50),
-            whole(a.ttft_ms_p95),
-            whole(a.decode_tok_per_s_p50),
-            whole(a.decode_tok_per_s_p95),
-        );
-        let _ = writeln!(
-            t,
-            "whole answer p50 {} ms p95 {} ms mean {} ms{}",
-            whole(a.answer_ms_p50),
-            whole(a.answer_ms_p95),
-            whole(a.answer_ms_mean),
-            a.draft_acceptance.map_or(String::new(), |x| format!(
-                " · drafts kept {}",
-                cell(Some(x))
-            )),
-        );
+        answer_lines(&mut t, a, deltas);
     }
     t
+}
+
+/// The answer lines under the retrieval table (with `--answers`): quality, then speed, each
+/// with its change since the baseline where one is given.
+fn answer_lines(t: &mut String, a: &AnswerSummary, deltas: Option<&BTreeMap<String, f64>>) {
+    let c = |name: &str, v: Option<f64>| {
+        format!("{}{}", cell(v), delta(deltas, &format!("answers.{name}")))
+    };
+    let _ = writeln!(
+        t,
+        "\nanswers ({}): keywords {} (given the context {}) · citations {} · abstained {} · false refusals {} · uncited {}/answer",
+        a.model,
+        c("keywords", a.keywords),
+        c("reader", a.reader),
+        c("citations", a.citations),
+        c("abstained", Some(a.abstained)),
+        c("false_refusals", a.false_refusals),
+        cell(a.uncited_per_answer),
+    );
+    let _ = writeln!(
+        t,
+        "prompt tokens p50 {} p95 {} · first token p50 {} ms p95 {} ms · decode p50 {} tok/s p95 {} tok/s",
+        whole(a.prompt_tokens_p50),
+        whole(a.prompt_tokens_p95),
+        whole(a.ttft_ms_p50),
+        whole(a.ttft_ms_p95),
+        whole(a.decode_tok_per_s_p50),
+        whole(a.decode_tok_per_s_p95),
+    );
+    let _ = writeln!(
+        t,
+        "whole answer p50 {} ms p95 {} ms mean {} ms{}",
+        whole(a.answer_ms_p50),
+        whole(a.answer_ms_p95),
+        whole(a.answer_ms_mean),
+        a.draft_acceptance.map_or(String::new(), |x| format!(
+            " · drafts kept {}",
+            cell(Some(x))
+        )),
+    );
+}
+
+/// ` (+0.012)` after a metric that moved since the baseline, ` (=)` after one that did not,
+/// nothing without a baseline: a reviewer reads the change, not the value.
+fn delta(deltas: Option<&BTreeMap<String, f64>>, key: &str) -> String {
+    match deltas.and_then(|d| d.get(key)) {
+        Some(x) if x.abs() >= 0.0005 => format!(" ({x:+.3})"),
+        Some(_) => " (=)".to_string(),
+        None => String::new(),
+    }
 }
 
 /// One JUnit test case: a name and, when it failed, why.

@@ -54,31 +54,8 @@ pub fn chunk_id(path: &str, heading: &str, text: &str) -> String {
 
 /// Splits a document. `sizer` counts tokens without special tokens (the embedder's tokenizer).
 pub fn chunk<S: ChunkSizer>(doc: &Document, sizer: &S, opts: ChunkOptions) -> Vec<Chunk> {
-    let body_max = opts.max_tokens.saturating_sub(HEADING_BUDGET).max(8);
-    let body_min = opts.min_tokens.clamp(1, body_max);
-    // text-splitter requires the overlap to be below the desired size.
-    let overlap = opts.overlap_tokens.min(body_min - 1);
-    let config = ChunkConfig::new(body_min..=body_max)
-        .with_sizer(sizer)
-        .with_overlap(overlap)
-        .expect("overlap is below capacity");
     let text = doc.text.as_str();
-    let mut pieces: Vec<(usize, &str)> = Vec::new();
-    // Plain text and code: the splitter's semantic levels are line breaks and blank lines,
-    // so code splits between definitions and paragraphs stay whole when they fit.
-    let (markdown, plain) = if doc.format.has_headings() {
-        (Some(MarkdownSplitter::new(config)), None)
-    } else {
-        (None, Some(TextSplitter::new(config)))
-    };
-    for (start, window) in windows(text, WINDOW_BYTES) {
-        let found: Vec<(usize, &str)> = match (&markdown, &plain) {
-            (Some(m), _) => m.chunk_indices(window).collect(),
-            (_, Some(p)) => p.chunk_indices(window).collect(),
-            _ => Vec::new(),
-        };
-        pieces.extend(found.into_iter().map(|(o, p)| (start + o, p)));
-    }
+    let pieces = split_pieces(doc, sizer, opts);
     let headings = if doc.format.has_headings() {
         headings(text)
     } else {
@@ -115,6 +92,40 @@ pub fn chunk<S: ChunkSizer>(doc: &Document, sizer: &S, opts: ChunkOptions) -> Ve
         });
     }
     out
+}
+
+/// The document's pieces with their offsets, sized to leave room for the embedded heading path.
+fn split_pieces<'d, S: ChunkSizer>(
+    doc: &'d Document,
+    sizer: &S,
+    opts: ChunkOptions,
+) -> Vec<(usize, &'d str)> {
+    let body_max = opts.max_tokens.saturating_sub(HEADING_BUDGET).max(8);
+    let body_min = opts.min_tokens.clamp(1, body_max);
+    // text-splitter requires the overlap to be below the desired size.
+    let overlap = opts.overlap_tokens.min(body_min - 1);
+    let config = ChunkConfig::new(body_min..=body_max)
+        .with_sizer(sizer)
+        .with_overlap(overlap)
+        .expect("overlap is below capacity");
+    let text = doc.text.as_str();
+    let mut pieces: Vec<(usize, &str)> = Vec::new();
+    // Plain text and code: the splitter's semantic levels are line breaks and blank lines,
+    // so code splits between definitions and paragraphs stay whole when they fit.
+    let (markdown, plain) = if doc.format.has_headings() {
+        (Some(MarkdownSplitter::new(config)), None)
+    } else {
+        (None, Some(TextSplitter::new(config)))
+    };
+    for (start, window) in windows(text, WINDOW_BYTES) {
+        let found: Vec<(usize, &str)> = match (&markdown, &plain) {
+            (Some(m), _) => m.chunk_indices(window).collect(),
+            (_, Some(p)) => p.chunk_indices(window).collect(),
+            _ => Vec::new(),
+        };
+        pieces.extend(found.into_iter().map(|(o, p)| (start + o, p)));
+    }
+    pieces
 }
 
 fn count_newlines(s: &str) -> u32 {

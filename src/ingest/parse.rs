@@ -78,6 +78,32 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
             warnings,
         });
     }
+    let text = decode_text(bytes, &mut warnings)?;
+    let (text, title, tags) = match format {
+        Format::Markdown => front_matter(&text, &mut warnings),
+        Format::Html => {
+            let (body, title) = html_text(&text);
+            (body, title, vec![])
+        }
+        Format::Rst => (underlined_headings(&text), None, vec![]),
+        Format::AsciiDoc => (asciidoc_headings(&text), None, vec![]),
+        Format::Text | Format::Code | Format::Pdf => (text, None, vec![]),
+    };
+    if text.trim().is_empty() {
+        bail!("no text");
+    }
+    Ok(Document {
+        path: path.into(),
+        format,
+        text,
+        title,
+        tags,
+        warnings,
+    })
+}
+
+/// A text file's bytes as `\n`-ended text: binaries refused, bad UTF-8 kept lossily with a warning.
+fn decode_text(bytes: &[u8], warnings: &mut Vec<String>) -> Result<String> {
     let utf16 = utf16_text(bytes);
     if let Some(Err(e)) = &utf16 {
         bail!("{e}");
@@ -101,28 +127,7 @@ pub fn parse(path: &str, bytes: &[u8]) -> Result<Document> {
             String::from_utf8_lossy(bytes).into_owned()
         }
     };
-    let text = text.replace("\r\n", "\n");
-    let (text, title, tags) = match format {
-        Format::Markdown => front_matter(&text, &mut warnings),
-        Format::Html => {
-            let (body, title) = html_text(&text);
-            (body, title, vec![])
-        }
-        Format::Rst => (underlined_headings(&text), None, vec![]),
-        Format::AsciiDoc => (asciidoc_headings(&text), None, vec![]),
-        Format::Text | Format::Code | Format::Pdf => (text, None, vec![]),
-    };
-    if text.trim().is_empty() {
-        bail!("no text");
-    }
-    Ok(Document {
-        path: path.into(),
-        format,
-        text,
-        title,
-        tags,
-        warnings,
-    })
+    Ok(text.replace("\r\n", "\n"))
 }
 
 /// Text that starts with a UTF-16 byte order mark (Windows editors write it), decoded;

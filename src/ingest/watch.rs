@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use inotify::{Inotify, WatchMask};
 
-use super::{IngestOptions, Report};
+use super::{IngestOptions, OnProgress, Progress, Report};
 use crate::config::Settings;
-use crate::ui::Ui;
 
 /// Quiet time after the last event before a batch runs: an editor's save or a `git
 /// checkout` arrives as a burst of events.
@@ -95,7 +94,7 @@ pub fn run(
     settings: &Settings,
     inputs: &[PathBuf],
     opts: &IngestOptions,
-    ui: &Ui,
+    on: OnProgress<'_>,
     on_batch: &mut dyn FnMut(&Report) -> Result<()>,
 ) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -108,8 +107,8 @@ pub fn run(
     }
     let mut inotify = Inotify::init().context("starting inotify")?;
     watch_all(&mut inotify, &folders(inputs, &settings.index.dir))?;
-    on_batch(&super::run(settings, inputs, opts, ui)?)?;
-    ui.info("watching for changes; Ctrl-C stops");
+    on_batch(&super::run(settings, inputs, opts, on)?)?;
+    on(Progress::Note("watching for changes; Ctrl-C stops"));
     let mut buffer = vec![0u8; 64 * 1024];
     let mut pending: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -126,17 +125,21 @@ pub fn run(
         match pending {
             Some(last) if last.elapsed() >= DEBOUNCE => {
                 pending = None;
-                match super::run(settings, inputs, opts, ui) {
+                match super::run(settings, inputs, opts, on) {
                     Ok(report) if changed(&report) => on_batch(&report)?,
                     Ok(_) => {}
-                    Err(e) => ui.warn(&format!("this batch failed ({e:#}); still watching")),
+                    Err(e) => on(Progress::Warning(&format!(
+                        "this batch failed ({e:#}); still watching"
+                    ))),
                 }
                 watch_all(&mut inotify, &folders(inputs, &settings.index.dir))?;
             }
             _ => std::thread::sleep(POLL),
         }
     }
-    ui.info("stopped watching; the index is current up to the last batch");
+    on(Progress::Note(
+        "stopped watching; the index is current up to the last batch",
+    ));
     Ok(())
 }
 

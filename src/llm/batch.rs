@@ -125,18 +125,28 @@ impl Llm {
                 }
             }
             if !next.is_empty() {
-                ctx.decode(&mut batch)
-                    .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
-                for (i, mut slot) in next.into_iter().enumerate() {
-                    let t = pick(&mut slot, &ctx, i as i32, s, self);
-                    running.push((slot, t));
-                }
+                self.decode_next(&mut ctx, &mut batch, next, &mut running, s)?;
             }
         }
-        Ok(results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(anyhow!("not generated"))))
-            .collect())
+        Ok(results.into_iter().map(generated).collect())
+    }
+
+    /// Decodes the batch of the answers that go on, and samples each one's next token.
+    fn decode_next<'j>(
+        &self,
+        ctx: &mut LlamaContext<'_>,
+        batch: &mut LlamaBatch,
+        next: Vec<Slot<'j>>,
+        running: &mut Vec<(Slot<'j>, LlamaToken)>,
+        s: &Sampling,
+    ) -> Result<()> {
+        ctx.decode(batch)
+            .map_err(|e| anyhow!("llama.cpp decode failed: {e}"))?;
+        for (i, mut slot) in next.into_iter().enumerate() {
+            let t = pick(&mut slot, ctx, i as i32, s, self);
+            running.push((slot, t));
+        }
+        Ok(())
     }
 
     /// One context of `n_seq` sequences of `p.n_ctx` tokens each; with the tokens per
@@ -216,6 +226,11 @@ impl Llm {
             on_piece: j.on_piece,
         })
     }
+}
+
+/// A job's result; one the loop never reached is an error rather than a missing answer.
+fn generated(r: Option<Result<Done>>) -> Result<Done> {
+    r.unwrap_or_else(|| Err(anyhow!("not generated")))
 }
 
 /// The next token of `slot` from the logits at batch index `i` (as `Session::generate`).

@@ -1,14 +1,12 @@
-//! OpenAI-compatible servers, and only here (crate reqwest, blocking like the engine): llama.cpp's
-//! `llama-server`, vLLM, Ollama, TEI or a hosted API, for generation (`llm.backend = "openai"`)
-//! and embeddings (`embed.backend = "openai"`).
+//! The HTTP client for OpenAI-compatible servers, and the only user of reqwest (blocking,
+//! like the engine): llama.cpp's `llama-server`, vLLM, Ollama, TEI or a hosted API. The
+//! backends on it live with their kind: `llm/remote.rs` generates (`llm.backend = "openai"`),
+//! `embed/remote.rs` embeds (`embed.backend = "openai"`).
 //!
 //! One [`Client`] per server: a bearer key read from the environment variable the settings
 //! name, a connect timeout and a whole-request timeout, and retries with exponential backoff
 //! (or the server's `Retry-After`) when the server cannot be reached or answers 429 or 5xx.
 //! A request that fails for good is an exit-5 error naming the server and the setting to fix.
-
-pub mod embed;
-pub mod generate;
 
 use std::time::Duration;
 
@@ -18,9 +16,6 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::exit::ExitError;
-
-pub use embed::Embeddings;
-pub use generate::Generator;
 
 /// Longest wait between two tries, whatever the server's `Retry-After` asks for.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -109,6 +104,20 @@ impl Client {
             }
             req.send()
         })
+    }
+
+    /// The server's first listed model (`GET /models`); `setting` names it instead.
+    pub fn first_model(&self, setting: &str) -> Result<String> {
+        let v = self.get_json("/models")?;
+        v.pointer("/data/0/id")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                ExitError::usage(format!(
+                    "{}/models lists no model; set {setting}",
+                    self.base()
+                ))
+            })
     }
 
     /// GETs `path` under the API base as JSON.

@@ -84,7 +84,7 @@ impl Metrics {
     }
 
     /// A generated answer's figures.
-    pub fn answer(&self, t: &crate::ask::Timings, queue_s: f64) {
+    pub fn answer(&self, t: &crate::engine::Timings, queue_s: f64) {
         self.prompt_tokens
             .fetch_add(t.prompt_tokens as u64, Ordering::Relaxed);
         self.cached_tokens

@@ -23,10 +23,11 @@ use anyhow::Result;
 use hyper::Method;
 use serde_json::{json, Value};
 
-use crate::ask::{Answer, Query};
+use crate::engine::Answer;
 use crate::engine::{Answerer, Event};
 use crate::exit::{Exit, ExitError};
 use crate::printer::{Format, Printer, SearchHit};
+use crate::retrieve::Query;
 use crate::ui::Ui;
 
 use http::Request;
@@ -40,7 +41,7 @@ struct State<'a> {
     gate: gate::Gate,
     metrics: Arc<metrics::Metrics>,
     in_flight: Arc<AtomicUsize>,
-    /// The engine's Ui with spinners off: many requests share one stderr.
+    /// Where warnings and `-v` rankings go: quiet, since many requests share one stderr.
     ui: Ui,
 }
 
@@ -120,18 +121,8 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         ))
     })?;
     let bound = listener.local_addr()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        // A second signal while draining exits at once.
-        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())?;
-        signal_hook::flag::register(sig, stop.clone())?;
-    }
-    let threads = if s.threads == 0 {
-        s.queue + 4
-    } else {
-        s.threads
-    }
-    .max(1);
+    let stop = stop_on_signals()?;
+    let threads = workers(&s);
     let state = State {
         engine,
         base,
@@ -157,13 +148,13 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         io_timeout: Duration::from_secs(s.io_timeout_s),
     };
     // Printed whatever -q says: a script started with port 0 reads the port from it.
+    let auth = if token.is_some() {
+        "; bearer token required"
+    } else {
+        ""
+    };
     ui.stderr(&format!(
-        "rag serve: listening on http://{bound} ({ENDPOINTS}){}",
-        if token.is_some() {
-            "; bearer token required"
-        } else {
-            ""
-        }
+        "rag serve: listening on http://{bound} ({ENDPOINTS}){auth}"
     ));
     let queue = Mutex::new(queue);
     std::thread::scope(|scope| {
@@ -175,6 +166,28 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
     })?;
     ui.info("rag serve: stopped after finishing the requests in flight");
     Ok(Exit::Success)
+}
+
+/// Worker threads: `serve.threads`, or by default one per queued answer plus a few for
+/// searches and health checks.
+fn workers(s: &crate::config::ServeSettings) -> usize {
+    if s.threads == 0 {
+        s.queue + 4
+    } else {
+        s.threads
+    }
+    .max(1)
+}
+
+/// The flag SIGTERM and SIGINT raise to start draining; a second signal while draining
+/// exits at once (130).
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())?;
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    Ok(stop)
 }
 
 /// Answers the requests the socket side hands over, until it is gone.
@@ -257,7 +270,7 @@ fn search(req: Request, st: &State, body: &Value) -> u16 {
         Ok(q) => q,
         Err(e) => return http::error(req, 400, &e, &[]),
     };
-    match st.engine.retrieve(&q, &st.ui) {
+    match st.engine.retrieve(&q) {
         Ok((ranked, ms)) => {
             let hits = SearchHit::all(&ranked);
             let out = crate::printer::hits(&q.text, &hits, ms, true).stdout;
@@ -298,10 +311,15 @@ fn generate(
         waited = p.waited.as_secs_f64();
         Ok(p)
     };
-    match st
-        .engine
-        .answer_admitted(q, question, true, &st.ui, admit, on)
-    {
+    // Warnings and `-v` rankings go to the server's stderr, not to the client.
+    let mut on = |e: Event| {
+        if crate::printer::aside(&e, &st.ui) {
+            Ok(())
+        } else {
+            on(e)
+        }
+    };
+    match st.engine.answer_admitted(q, question, true, admit, &mut on) {
         Ok(a) => {
             if !a.abstained {
                 st.metrics.answer(&a.timings, waited);

@@ -152,6 +152,17 @@ fn connection(
     });
 }
 
+/// Why a request could not be handed to a worker: every worker busy and the queue full,
+/// or the server stopping.
+fn queue_refusal<T>(e: &TrySendError<T>, workers: usize) -> String {
+    match e {
+        TrySendError::Full(_) => format!(
+            "all {workers} workers are busy and as many requests wait (serve.threads); retry shortly"
+        ),
+        TrySendError::Disconnected(_) => "rag serve is shutting down".into(),
+    }
+}
+
 impl Front {
     /// The response to one request: answered here when it can be (health, refusals, a full
     /// pool), else by a worker.
@@ -201,13 +212,7 @@ impl Front {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = self.jobs.try_send(job) {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            let msg = match e {
-                TrySendError::Full(_) => format!(
-                    "all {} workers are busy and as many requests wait (serve.threads); retry shortly",
-                    self.workers
-                ),
-                TrySendError::Disconnected(_) => "rag serve is shutting down".into(),
-            };
+            let msg = queue_refusal(&e, self.workers);
             return plain(503, &msg, &[("Retry-After", "1".into())]);
         }
         match reply.await {

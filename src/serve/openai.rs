@@ -13,9 +13,11 @@ use serde_json::{json, Value};
 
 use super::http::Request;
 use super::{busy, finish_stream, generate, http, Outcome, State};
-use crate::ask::{followup_query, Answer, Query};
+use crate::ask::followup_query;
+use crate::engine::Answer;
 use crate::engine::Event;
 use crate::llm::StopReason;
+use crate::retrieve::Query;
 
 /// The text of a message's `content`: a string, or the text parts of a list of parts.
 fn text(content: &Value) -> Option<String> {
@@ -182,7 +184,11 @@ impl Completion {
                     .chunk(&model, json!({"content": p}), Value::Null)
                     .to_string(),
             ),
-            Event::Dropped(_) => Ok(()),
+            Event::Dropped(_)
+            | Event::Ranked { .. }
+            | Event::Warning(_)
+            | Event::Prefill { .. }
+            | Event::Prefilled => Ok(()),
         });
         let streamed = !matches!(sse, http::Sse::Pending(_));
         finish_stream(sse, outcome, |a| {

@@ -14,121 +14,34 @@ mod durable;
 mod lease;
 mod location;
 mod runtime;
+mod schema;
+mod search;
 
 pub use lease::Lease;
 pub use location::{storage_error, Location, Remote};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Int64Type, UInt32Type, UInt64Type};
-use arrow_array::{
-    Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, RecordBatchIterator,
-    RecordBatchReader, StringArray, UInt32Array, UInt64Array,
-};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::TryStreamExt;
-use lancedb::index::scalar::{FtsIndexBuilder, FullTextSearchQuery};
+use lancedb::index::scalar::FtsIndexBuilder;
 use lancedb::index::Index;
-use lancedb::query::{ExecutableQuery, QueryBase, Select};
-use lancedb::table::{OptimizeAction, OptimizeOptions};
-use lancedb::{Connection, DistanceType, Table};
-use serde::{Deserialize, Serialize};
+use lancedb::query::{QueryBase, Select};
+use lancedb::table::OptimizeAction;
+use lancedb::{Connection, Table};
 
 use crate::embed::ModelInfo;
 use crate::exit::ExitError;
 use runtime::block_on;
-
-const CHUNKS: &str = "chunks";
-const FILES: &str = "files";
-const META: &str = "index.json";
-/// The column the full-text index covers.
-const SEARCH_TEXT: &str = "search_text";
-
-/// Bumped when the table layout changes; an index of another version must be rebuilt.
-const LAYOUT_VERSION: u32 = 2;
-
-/// How the vectors of an index were made; opening it with anything else is an error.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexMeta {
-    pub layout: u32,
-    pub embed: ModelInfo,
-    pub chunk: ChunkMeta,
-    /// The folder indexed paths are relative to.
-    pub root: PathBuf,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChunkMeta {
-    pub max_tokens: usize,
-    pub min_tokens: usize,
-    pub overlap_tokens: usize,
-}
-
-impl IndexMeta {
-    pub fn new(embed: ModelInfo, chunk: ChunkMeta, root: PathBuf) -> IndexMeta {
-        IndexMeta {
-            layout: LAYOUT_VERSION,
-            embed,
-            chunk,
-            root,
-        }
-    }
-}
-
-/// One stored chunk, as written.
-#[derive(Debug, Clone)]
-pub struct Row<'a> {
-    pub id: &'a str,
-    pub path: &'a str,
-    pub heading: &'a str,
-    pub line_start: u32,
-    pub line_end: u32,
-    pub text: &'a str,
-    pub file_hash: &'a str,
-    pub vector: &'a [f32],
-}
-
-/// A stored chunk with its vector, for reuse under another path.
-#[derive(Debug, Clone)]
-pub struct StoredChunk {
-    pub heading: String,
-    pub line_start: u32,
-    pub line_end: u32,
-    pub text: String,
-    pub vector: Vec<f32>,
-}
-
-/// What the index knows of a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileState {
-    pub path: String,
-    pub hash: String,
-    pub size: u64,
-    pub mtime_ns: i64,
-    pub chunks: u32,
-}
-
-/// One search result. `score`: cosine similarity for vector search, BM25 for text search.
-#[derive(Debug, Clone)]
-pub struct Hit {
-    pub id: String,
-    pub path: String,
-    pub heading: String,
-    pub line_start: u32,
-    pub line_end: u32,
-    pub text: String,
-    pub score: f32,
-}
-
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Stats {
-    pub chunks: usize,
-    pub files: usize,
-}
+use schema::{
+    chunk_batch, chunk_schema, column, embed_diff, fetch, file_batch, file_schema, path_in, reader,
+    sql_str, CHUNKS, FILES, LAYOUT_VERSION, META, SEARCH_TEXT,
+};
+pub use schema::{ChunkMeta, FileState, Hit, IndexMeta, Row, Stats, StoredChunk};
+use search::vector_index;
+pub use search::{AnnPolicy, VectorSearch};
 
 pub struct Store {
     #[allow(dead_code)]
@@ -140,114 +53,6 @@ pub struct Store {
     /// The type of the chunks table's vector index, if it has one (see [`Store::update_ann`]).
     ann: Option<String>,
     search: VectorSearch,
-}
-
-/// How a vector search runs when the table has an ANN index.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct VectorSearch {
-    /// Scan every vector anyway (`rag search --exact`).
-    pub exact: bool,
-    pub nprobes: usize,
-    pub refine_factor: u32,
-}
-
-impl Default for VectorSearch {
-    fn default() -> Self {
-        VectorSearch {
-            exact: false,
-            nprobes: 20,
-            refine_factor: 5,
-        }
-    }
-}
-
-impl VectorSearch {
-    /// The `[index]` ANN settings; `exact` from `rag search --exact`.
-    pub fn of(s: &crate::config::IndexSettings, exact: bool) -> VectorSearch {
-        VectorSearch {
-            exact,
-            nprobes: s.ann_nprobes,
-            refine_factor: s.ann_refine_factor,
-        }
-    }
-}
-
-/// When ingest builds and refreshes the ANN index.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AnnPolicy {
-    pub min_rows: usize,
-    pub kind: crate::config::AnnType,
-}
-
-fn chunk_schema(dim: usize) -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("path", DataType::Utf8, false),
-        Field::new("heading", DataType::Utf8, false),
-        Field::new("line_start", DataType::UInt32, false),
-        Field::new("line_end", DataType::UInt32, false),
-        Field::new("text", DataType::Utf8, false),
-        // What BM25 reads: the heading path (document title included) and the text, so a
-        // query naming a page's subject finds chunks that never repeat it. Layout 2.
-        Field::new(SEARCH_TEXT, DataType::Utf8, false),
-        Field::new("file_hash", DataType::Utf8, false),
-        Field::new(
-            "vector",
-            DataType::FixedSizeList(
-                Arc::new(Field::new("item", DataType::Float32, true)),
-                dim as i32,
-            ),
-            false,
-        ),
-    ]))
-}
-
-fn file_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("path", DataType::Utf8, false),
-        Field::new("hash", DataType::Utf8, false),
-        Field::new("size", DataType::UInt64, false),
-        Field::new("mtime_ns", DataType::Int64, false),
-        Field::new("chunks", DataType::UInt32, false),
-    ]))
-}
-
-/// The records of `files`, as written to the files table.
-fn file_batch(files: &[FileState]) -> Result<RecordBatch> {
-    Ok(RecordBatch::try_new(
-        file_schema(),
-        vec![
-            Arc::new(StringArray::from_iter_values(
-                files.iter().map(|f| f.path.as_str()),
-            )),
-            Arc::new(StringArray::from_iter_values(
-                files.iter().map(|f| f.hash.as_str()),
-            )),
-            Arc::new(UInt64Array::from_iter_values(files.iter().map(|f| f.size))),
-            Arc::new(Int64Array::from_iter_values(
-                files.iter().map(|f| f.mtime_ns),
-            )),
-            Arc::new(UInt32Array::from_iter_values(
-                files.iter().map(|f| f.chunks),
-            )),
-        ],
-    )?)
-}
-
-/// One batch as the reader a `merge_insert` takes.
-fn reader(batch: RecordBatch) -> Box<dyn RecordBatchReader + Send> {
-    let schema = batch.schema();
-    Box::new(RecordBatchIterator::new(vec![Ok(batch)], schema))
-}
-
-/// A SQL string literal.
-fn sql_str(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-fn path_in(paths: &[&str]) -> String {
-    let list: Vec<String> = paths.iter().map(|p| sql_str(p)).collect();
-    format!("path IN ({})", list.join(", "))
 }
 
 async fn connect(loc: &Location) -> Result<Connection> {
@@ -498,7 +303,9 @@ impl Store {
                     .when_matched_update_all(None)
                     .when_not_matched_insert_all()
                     .when_not_matched_by_source_delete(Some(path_in(&paths)));
-                merge.execute(reader(self.chunk_batch(rows)?)).await?;
+                merge
+                    .execute(reader(chunk_batch(self.meta.embed.dim, rows)?))
+                    .await?;
                 fault_point();
             } else {
                 for group in paths.chunks(500) {
@@ -506,7 +313,10 @@ impl Store {
                     fault_point();
                 }
                 if !rows.is_empty() {
-                    self.chunks.add(self.chunk_batch(rows)?).execute().await?;
+                    self.chunks
+                        .add(chunk_batch(self.meta.embed.dim, rows)?)
+                        .execute()
+                        .await?;
                     fault_point();
                 }
             }
@@ -536,51 +346,6 @@ impl Store {
             }
             Ok(deleted)
         })
-    }
-
-    fn chunk_batch(&self, rows: &[Row<'_>]) -> Result<RecordBatch> {
-        let dim = self.meta.embed.dim;
-        let mut flat = Vec::with_capacity(rows.len() * dim);
-        for r in rows {
-            if r.vector.len() != dim {
-                return Err(anyhow!(
-                    "chunk {} has a vector of {} dims, expected {dim}",
-                    r.id,
-                    r.vector.len()
-                ));
-            }
-            flat.extend_from_slice(r.vector);
-        }
-        let vectors = FixedSizeListArray::try_new(
-            Arc::new(Field::new("item", DataType::Float32, true)),
-            dim as i32,
-            Arc::new(Float32Array::from(flat)),
-            None,
-        )?;
-        Ok(RecordBatch::try_new(
-            chunk_schema(dim),
-            vec![
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.id))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.path))),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.heading),
-                )),
-                Arc::new(UInt32Array::from_iter_values(
-                    rows.iter().map(|r| r.line_start),
-                )),
-                Arc::new(UInt32Array::from_iter_values(
-                    rows.iter().map(|r| r.line_end),
-                )),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.text))),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| format!("{}\n{}", r.heading, r.text)),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    rows.iter().map(|r| r.file_hash),
-                )),
-                Arc::new(vectors),
-            ],
-        )?)
     }
 
     /// Keeps the index small. Every ingest adds versions (a few commits per batch), each
@@ -625,30 +390,6 @@ impl Store {
     pub fn version_count(&self) -> Result<usize> {
         block_on(async {
             Ok(self.chunks.list_versions().await?.len() + self.files.list_versions().await?.len())
-        })
-    }
-
-    /// Brings the full-text index up to date with the table: created on first use, then
-    /// extended with new rows (deleted rows are masked without it).
-    pub fn refresh_text_index(&self) -> Result<()> {
-        block_on(async {
-            let has_index = self
-                .chunks
-                .list_indices()
-                .await?
-                .iter()
-                .any(|i| i.columns.iter().any(|c| c == SEARCH_TEXT));
-            if has_index {
-                self.chunks
-                    .optimize(OptimizeAction::Index(OptimizeOptions::default()))
-                    .await?;
-            } else {
-                self.chunks
-                    .create_index(&[SEARCH_TEXT], Index::FTS(FtsIndexBuilder::default()))
-                    .execute()
-                    .await?;
-            }
-            Ok(())
         })
     }
 
@@ -734,201 +475,6 @@ impl Store {
             })
         })
     }
-
-    /// How vector searches on this store run (ANN probes, `--exact`).
-    pub fn with_search(mut self, search: VectorSearch) -> Store {
-        self.search = search;
-        self
-    }
-
-    pub fn set_search(&mut self, search: VectorSearch) {
-        self.search = search;
-    }
-
-    /// Nearest chunks by cosine distance: through the ANN index when the table has one
-    /// (ingest builds it past `index.ann_min_rows`; rows added since are scanned exactly and
-    /// merged in), else an exact scan of every vector.
-    pub fn vector_search(
-        &self,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&str>,
-    ) -> Result<Vec<Hit>> {
-        let mut q = self
-            .chunks
-            .query()
-            .nearest_to(vector)?
-            .distance_type(DistanceType::Cosine)
-            .limit(k)
-            .select(Select::columns(&[
-                "id",
-                "path",
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-                "_distance",
-            ]));
-        match (&self.ann, self.search.exact) {
-            (Some(kind), false) => {
-                q = q.nprobes(self.search.nprobes)?;
-                if self.search.refine_factor > 0 {
-                    q = q.refine_factor(self.search.refine_factor);
-                }
-                tracing::info!(
-                    index = %kind,
-                    nprobes = self.search.nprobes,
-                    refine_factor = self.search.refine_factor,
-                    "vector search: ANN index"
-                );
-            }
-            (Some(_), true) => {
-                q = q.bypass_vector_index();
-                tracing::info!("vector search: exact scan (--exact)");
-            }
-            (None, _) => tracing::info!("vector search: exact scan (no ANN index)"),
-        }
-        if let Some(f) = filter {
-            q = q.only_if(f);
-        }
-        let batches = fetch(q)?;
-        hits(&batches, "_distance", |d| 1.0 - d)
-    }
-
-    /// The ANN index type in use, if any.
-    pub fn ann(&self) -> Option<&str> {
-        self.ann.as_deref()
-    }
-
-    /// Keeps the ANN index in step with the table, after an ingest's commits: built once the
-    /// table reaches `policy.min_rows`, then extended with new rows by the text index's
-    /// refresh (`OptimizeAction::Index` covers every index), and retrained from scratch when
-    /// fewer than half of the rows are in it (its partitions were learnt on a smaller table).
-    /// Returns whether it (re)built the index.
-    pub fn update_ann(&mut self, policy: AnnPolicy) -> Result<bool> {
-        let due = block_on(async {
-            let rows = self.chunks.count_rows(None).await?;
-            if rows < policy.min_rows.max(1) {
-                return Ok(false);
-            }
-            if self.ann.is_some() {
-                let stats = self.chunks.index_stats(VECTOR_INDEX).await?;
-                if stats.is_some_and(|s| s.num_indexed_rows * 2 >= rows) {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        })?;
-        if due {
-            self.rebuild_ann(policy.kind)?;
-        }
-        Ok(due)
-    }
-
-    /// Builds the ANN index of type `kind` from every row now, replacing the old one.
-    pub fn rebuild_ann(&mut self, kind: crate::config::AnnType) -> Result<()> {
-        use crate::config::AnnType;
-        use lancedb::index::vector::{IvfHnswSqIndexBuilder, IvfPqIndexBuilder};
-        let index = match kind {
-            AnnType::IvfHnswSq => Index::IvfHnswSq(
-                IvfHnswSqIndexBuilder::default().distance_type(DistanceType::Cosine),
-            ),
-            AnnType::IvfPq => {
-                Index::IvfPq(IvfPqIndexBuilder::default().distance_type(DistanceType::Cosine))
-            }
-        };
-        self.ann = block_on(async {
-            self.chunks
-                .create_index(&["vector"], index)
-                .name(VECTOR_INDEX.to_string())
-                .replace(true)
-                .execute()
-                .await
-                .context("building the ANN vector index")?;
-            vector_index(&self.chunks).await
-        })?;
-        Ok(())
-    }
-
-    /// Best chunks by BM25 over the heading path and text.
-    pub fn text_search(&self, query: &str, k: usize, filter: Option<&str>) -> Result<Vec<Hit>> {
-        if query.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut q = self
-            .chunks
-            .query()
-            .full_text_search(FullTextSearchQuery::new(query.to_string()))
-            .limit(k)
-            .select(Select::columns(&[
-                "id",
-                "path",
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-                "_score",
-            ]));
-        if let Some(f) = filter {
-            q = q.only_if(f);
-        }
-        let batches = fetch(q)?;
-        hits(&batches, "_score", |s| s)
-    }
-}
-
-/// The name rag gives the chunks table's vector index.
-const VECTOR_INDEX: &str = "vector_idx";
-
-/// The type of the vector index on `table`, if it has one.
-async fn vector_index(table: &Table) -> Result<Option<String>> {
-    Ok(table
-        .list_indices()
-        .await?
-        .into_iter()
-        .find(|i| i.columns.iter().any(|c| c == "vector"))
-        .map(|i| i.index_type.to_string()))
-}
-
-/// Every batch a query returns.
-fn fetch(q: impl ExecutableQuery) -> Result<Vec<RecordBatch>> {
-    block_on(async { Ok(q.execute().await?.try_collect().await?) })
-}
-
-/// A column of a query result, or an error naming it.
-fn column<'a>(b: &'a RecordBatch, table: &str, name: &str) -> Result<&'a arrow_array::ArrayRef> {
-    b.column_by_name(name)
-        .with_context(|| format!("{table}.{name} missing from a query result"))
-}
-
-fn hits(batches: &[RecordBatch], score_col: &str, score: impl Fn(f32) -> f32) -> Result<Vec<Hit>> {
-    let mut out = Vec::new();
-    for b in batches {
-        let col = |name: &str| column(b, "chunks", name);
-        let id = col("id")?.as_string::<i32>();
-        let path = col("path")?.as_string::<i32>();
-        let heading = col("heading")?.as_string::<i32>();
-        let ls = col("line_start")?.as_primitive::<UInt32Type>();
-        let le = col("line_end")?.as_primitive::<UInt32Type>();
-        let text = col("text")?.as_string::<i32>();
-        let sc = col(score_col)?.as_primitive::<Float32Type>();
-        for i in 0..b.num_rows() {
-            out.push(Hit {
-                id: id.value(i).to_string(),
-                path: path.value(i).to_string(),
-                heading: heading.value(i).to_string(),
-                line_start: ls.value(i),
-                line_end: le.value(i),
-                text: text.value(i).to_string(),
-                score: if sc.is_null(i) {
-                    0.0
-                } else {
-                    score(sc.value(i))
-                },
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// The sorted chunk ids of the index at `dir` (tests, tools).
@@ -967,34 +513,6 @@ pub fn recorded_root(loc: &Location) -> Option<PathBuf> {
     let text = block_on(loc.read(META)).ok()??;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v.get("root")?.as_str().map(PathBuf::from)
-}
-
-/// How the vectors of `built` and `now` differ, in the terms of the settings, or `None`.
-fn embed_diff(built: &ModelInfo, now: &ModelInfo) -> Option<String> {
-    let short = |h: &str| h[..12.min(h.len())].to_string();
-    if (&built.name, built.dim, &built.file_hash) != (&now.name, now.dim, &now.file_hash) {
-        Some(format!(
-            "embedding model {} ({} dims, {}) but {} ({} dims, {}) is configured",
-            built.name,
-            built.dim,
-            short(&built.file_hash),
-            now.name,
-            now.dim,
-            short(&now.file_hash)
-        ))
-    } else if built.pooling != now.pooling {
-        Some(format!(
-            "embed.pooling = {:?} but {:?} is configured",
-            built.pooling, now.pooling
-        ))
-    } else if built.passage_prefix != now.passage_prefix {
-        Some(format!(
-            "embed.passage_prefix = {:?} but {:?} is configured",
-            built.passage_prefix, now.passage_prefix
-        ))
-    } else {
-        None
-    }
 }
 
 #[cfg(test)]

@@ -215,7 +215,10 @@ fn the_web_page_asks_streams_cites_and_searches_in_a_real_browser() {
         "{figures}"
     );
     let shot = b.screenshot("serve-page-answer.png", &shots);
-    eprintln!("screenshot: {}", shot.display());
+    #[allow(clippy::print_stderr)] // where the picture is, for a reader of the run
+    {
+        eprintln!("screenshot: {}", shot.display());
+    }
 
     // Search only: ranked hits, no generation.
     b.js("const m = document.getElementById('mode'); m.value = 'search'; m.dispatchEvent(new Event('change'))");

@@ -16,7 +16,7 @@ use crate::store::{Location, Store};
 use crate::ui::Ui;
 
 /// Checksums of the files `scripts/setup.sh` fetches, by file name under models/.
-const KNOWN: &str = include_str!("../scripts/models.sha256");
+const KNOWN: &str = include_str!("../../scripts/models.sha256");
 
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -105,7 +105,26 @@ fn model_folders(s: &Settings) -> Check {
 
 fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
     out.push(model_folders(s));
-    let embedder = match Embedder::load(&s.embed) {
+    let embedder = load_embedder(s, out);
+    if s.embed.backend == crate::config::Backend::Local {
+        out.extend(checksum(&s.embed.model, memo));
+    }
+    if !s.rerank.model.as_os_str().is_empty() {
+        out.push(match Reranker::load(&s.rerank, &s.embed) {
+            Ok(_) => check("reranker", Status::Ok, s.rerank.model.display().to_string()),
+            Err(e) => check("reranker", Status::Fail, format!("{e:#}")),
+        });
+    }
+    for tier in crate::config::Tier::ALL {
+        generator_checks(s, tier, memo, out);
+    }
+    embedder
+}
+
+/// Loads the embedder once: its check goes into `out`, and the loaded model is kept for
+/// the index check, which compares it with the model the index was made with.
+fn load_embedder(s: &Settings, out: &mut Vec<Check>) -> Option<Embedder> {
+    match Embedder::load(&s.embed) {
         Ok(e) => {
             out.push(check(
                 "embedder",
@@ -130,58 +149,51 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
             out.push(check("embedder", Status::Fail, format!("{e:#}")));
             None
         }
+    }
+}
+
+/// The checks of one generator tier: only the small one is required, so a missing medium or
+/// large model is a warning that says how to fetch it.
+fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &mut Vec<Check>) {
+    let (backend, path) = s.generator(tier);
+    let name = match tier {
+        crate::config::Tier::Small => "generator (small)",
+        crate::config::Tier::Medium => "generator (medium)",
+        crate::config::Tier::Large => "generator (large)",
     };
-    if s.embed.backend == crate::config::Backend::Local {
-        out.extend(checksum(&s.embed.model, memo));
-    }
-    if !s.rerank.model.as_os_str().is_empty() {
-        out.push(match Reranker::load(&s.rerank, &s.embed) {
-            Ok(_) => check("reranker", Status::Ok, s.rerank.model.display().to_string()),
-            Err(e) => check("reranker", Status::Fail, format!("{e:#}")),
-        });
-    }
-    for tier in crate::config::Tier::ALL {
-        let (backend, path) = s.generator(tier);
-        let name = match tier {
-            crate::config::Tier::Small => "generator (small)",
-            crate::config::Tier::Medium => "generator (medium)",
-            crate::config::Tier::Large => "generator (large)",
-        };
-        let required = tier == crate::config::Tier::Small;
-        if backend == crate::config::Backend::Openai {
-            out.push(match crate::remote::Generator::open(&s.llm) {
-                Ok(g) => check(name, Status::Ok, format!("{} answers", g.name())),
-                Err(e) => check(name, Status::Fail, format!("{e:#}")),
-            });
-            continue;
-        }
-        if !required && !path.exists() {
-            let flag = if tier == crate::config::Tier::Medium {
-                "--medium"
-            } else {
-                "--large"
-            };
-            out.push(check(name, Status::Warn, format!(
-                "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it (with --user, into the user's model folder)",
-                path.display(),
-                tier.name(),
-            )));
-            continue;
-        }
-        out.push(match crate::llm::Llm::load(path, true) {
-            Ok(_) => {
-                let mb = std::fs::metadata(path).map(|m| m.len() >> 20).unwrap_or(0);
-                check(
-                    name,
-                    Status::Ok,
-                    format!("{} ({mb} MiB), loads", path.display()),
-                )
-            }
+    let required = tier == crate::config::Tier::Small;
+    if backend == crate::config::Backend::Openai {
+        out.push(match crate::llm::Remote::open(&s.llm) {
+            Ok(g) => check(name, Status::Ok, format!("{} answers", g.name())),
             Err(e) => check(name, Status::Fail, format!("{e:#}")),
         });
-        out.extend(checksum(path, memo));
+        return;
     }
-    embedder
+    if !required && !path.exists() {
+        let flag = if tier == crate::config::Tier::Medium {
+            "--medium"
+        } else {
+            "--large"
+        };
+        out.push(check(name, Status::Warn, format!(
+            "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it (with --user, into the user's model folder)",
+            path.display(),
+            tier.name(),
+        )));
+        return;
+    }
+    out.push(match crate::llm::Llm::load(path, true) {
+        Ok(_) => {
+            let mb = std::fs::metadata(path).map(|m| m.len() >> 20).unwrap_or(0);
+            check(
+                name,
+                Status::Ok,
+                format!("{} ({mb} MiB), loads", path.display()),
+            )
+        }
+        Err(e) => check(name, Status::Fail, format!("{e:#}")),
+    });
+    out.extend(checksum(path, memo));
 }
 
 pub(crate) fn dir_bytes(p: &Path) -> u64 {
@@ -217,9 +229,29 @@ fn index(s: &Settings, embedder: Option<&Embedder>, out: &mut Vec<Check>) {
             return;
         }
     };
+    out.push(summary(&loc, &store));
+    if let Some(e) = embedder {
+        if let Err(err) = store.check_model(&e.info) {
+            out.push(check("index model", Status::Fail, format!("{err:#}")));
+        }
+    }
+    let root = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
+    if store.meta.root != root && !loc.is_remote() {
+        out.push(check("index root", Status::Warn, format!(
+            "the index was made for {}, this project is {}; `rag ingest --change-root DIR` if it now belongs here",
+            store.meta.root.display(),
+            root.display()
+        )));
+    }
+    out.extend(failed_files(s));
+}
+
+/// The index's one-line summary: where it is, its size and how vector search runs, the
+/// first things to know when answers look wrong.
+fn summary(loc: &Location, store: &Store) -> Check {
     let stats = store.stats().ok();
     let versions = store.version_count().unwrap_or(0);
-    out.push(check(
+    check(
         "index",
         Status::Ok,
         format!(
@@ -234,36 +266,29 @@ fn index(s: &Settings, embedder: Option<&Embedder>, out: &mut Vec<Check>) {
             )),
             store.ann().unwrap_or("exact scan"),
         ),
-    ));
-    if let Some(e) = embedder {
-        if let Err(err) = store.check_model(&e.info) {
-            out.push(check("index model", Status::Fail, format!("{err:#}")));
-        }
-    }
-    let root = std::fs::canonicalize(&s.root).unwrap_or_else(|_| s.root.clone());
-    if store.meta.root != root && !loc.is_remote() {
-        out.push(check("index root", Status::Warn, format!(
-            "the index was made for {}, this project is {}; `rag ingest --change-root DIR` if it now belongs here",
-            store.meta.root.display(),
-            root.display()
-        )));
-    }
+    )
+}
+
+/// A warning naming up to five files the last ingest could not index, so they are not
+/// silently missing from answers; nothing when every file went in.
+fn failed_files(s: &Settings) -> Option<Check> {
     let failed = crate::ingest::failed::Failed::load(&s.index.state_dir());
-    if !failed.files.is_empty() {
-        let names: Vec<&str> = failed.files.keys().take(5).map(String::as_str).collect();
-        out.push(check(
-            "failed files",
-            Status::Warn,
-            format!(
-                "{} could not be indexed ({}); fix them, or `rag ingest --retry-failed DIR`",
-                match failed.files.len() {
-                    1 => "1 file".to_string(),
-                    n => format!("{n} files"),
-                },
-                names.join(", ")
-            ),
-        ));
+    if failed.files.is_empty() {
+        return None;
     }
+    let names: Vec<&str> = failed.files.keys().take(5).map(String::as_str).collect();
+    Some(check(
+        "failed files",
+        Status::Warn,
+        format!(
+            "{} could not be indexed ({}); fix them, or `rag ingest --retry-failed DIR`",
+            match failed.files.len() {
+                1 => "1 file".to_string(),
+                n => format!("{n} files"),
+            },
+            names.join(", ")
+        ),
+    ))
 }
 
 fn cache_and_disk(s: &Settings, out: &mut Vec<Check>) {

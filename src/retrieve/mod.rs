@@ -5,29 +5,13 @@
 use std::collections::HashMap;
 
 use anyhow::Result;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+use crate::config::Mode;
 use crate::store::{Hit, Store};
 
-/// The retriever: `retrieval.mode`, `--mode`, `rag eval --modes`, a batch line's `mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Hybrid,
-    Vector,
-    Text,
-}
-
-impl Mode {
-    pub fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "hybrid" => Some(Mode::Hybrid),
-            "vector" => Some(Mode::Vector),
-            "text" => Some(Mode::Text),
-            _ => None,
-        }
-    }
-}
+mod retriever;
+pub use retriever::{Query, Retriever};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Fusion {

@@ -19,10 +19,11 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ask::Query;
+use crate::config::Mode;
 use crate::engine::Answerer;
 use crate::exit::{exit_code_of, Exit, ExitError};
-use crate::retrieve::{self, Mode};
+use crate::retrieve;
+use crate::retrieve::Query;
 use crate::ui::Ui;
 
 /// One JSON input line. Unknown keys are an error for that line, so a typo such as `topk`
@@ -224,7 +225,11 @@ pub fn run(engine: &Answerer, file: &Path, base: &Query, ui: &Ui) -> Result<Exit
             .iter()
             .filter_map(|it| it.query.clone().ok())
             .collect();
-        let mut answers = engine.answer_many(&valid, ui).into_iter();
+        let mut aside = |e: crate::engine::Event| -> std::io::Result<()> {
+            bar.suspend(|| crate::printer::aside(&e, ui));
+            Ok(())
+        };
+        let mut answers = engine.answer_many(&valid, &mut aside).into_iter();
         for it in &chunk {
             let out = match &it.query {
                 Err(message) => failure(it, message.clone(), Exit::Usage),

@@ -78,7 +78,7 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
 /// scale no test corpus reaches. Writes in commits of 10,000 rows.
 pub fn store(settings: &Settings, n: usize, ui: &Ui) -> Result<Exit> {
     use crate::embed::Embedder;
-    use crate::store::{FileState, IndexMeta, Row, Store};
+    use crate::store::{IndexMeta, Store};
     let embedder = Embedder::load(&settings.embed)?;
     let dim = embedder.info.dim;
     let meta = IndexMeta::new(
@@ -88,12 +88,6 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui) -> Result<Exit> {
     );
     let loc = crate::store::Location::of(&settings.index)?;
     let store = Store::open_or_create(&loc, meta)?;
-    const WORDS: &[&str] = &[
-        "cache", "token", "prefill", "decode", "vector", "index", "model", "batch", "memory",
-        "thread", "quant", "layer", "query", "score", "rank", "chunk", "embed", "prompt", "sample",
-        "latency", "router", "expert", "window", "budget", "kernel", "tensor", "weight", "stream",
-        "search", "fusion",
-    ];
     // xorshift: deterministic and dependency-free.
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = move || {
@@ -103,51 +97,9 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui) -> Result<Exit> {
         state
     };
     let started = Instant::now();
-    let per_file = 100;
     for start in (0..n).step_by(10_000) {
         let end = (start + 10_000).min(n);
-        let mut texts = Vec::with_capacity(end - start);
-        let mut vectors = Vec::with_capacity(end - start);
-        let mut ids = Vec::with_capacity(end - start);
-        let mut paths = Vec::with_capacity(end - start);
-        for i in start..end {
-            let words: Vec<&str> = (0..60)
-                .map(|_| WORDS[(next() % WORDS.len() as u64) as usize])
-                .collect();
-            texts.push(words.join(" "));
-            let mut v: Vec<f32> = (0..dim)
-                .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
-                .collect();
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-            v.iter_mut().for_each(|x| *x /= norm);
-            vectors.push(v);
-            ids.push(format!("synthetic-{i}"));
-            paths.push(format!("synthetic/file-{}.md", i / per_file));
-        }
-        let rows: Vec<Row> = (0..texts.len())
-            .map(|j| Row {
-                id: &ids[j],
-                path: &paths[j],
-                heading: "",
-                line_start: 1,
-                line_end: 1,
-                text: &texts[j],
-                file_hash: "synthetic",
-                vector: &vectors[j],
-            })
-            .collect();
-        let mut files: Vec<FileState> = paths
-            .iter()
-            .map(|p| FileState {
-                path: p.clone(),
-                hash: "synthetic".into(),
-                size: 0,
-                mtime_ns: 0,
-                chunks: per_file as u32,
-            })
-            .collect();
-        files.dedup_by(|a, b| a.path == b.path);
-        store.replace_files(&files, &[], &rows)?;
+        write_batch(&store, &mut next, dim, start, end)?;
         ui.info(&format!("{end} / {n} chunks"));
     }
     store.refresh_text_index()?;
@@ -155,4 +107,65 @@ pub fn store(settings: &Settings, n: usize, ui: &Ui) -> Result<Exit> {
         &serde_json::json!({ "chunks": n, "elapsed_ms": started.elapsed().as_millis() as u64 }),
     )?;
     Ok(Exit::Success)
+}
+
+/// One commit of `rag bench-store`: chunks `start..end` with random text and unit vectors
+/// drawn from `next`, 100 chunks to a synthetic file, so each commit stays a bounded write.
+fn write_batch(
+    store: &crate::store::Store,
+    next: &mut impl FnMut() -> u64,
+    dim: usize,
+    start: usize,
+    end: usize,
+) -> Result<()> {
+    use crate::store::{FileState, Row};
+    const WORDS: &[&str] = &[
+        "cache", "token", "prefill", "decode", "vector", "index", "model", "batch", "memory",
+        "thread", "quant", "layer", "query", "score", "rank", "chunk", "embed", "prompt", "sample",
+        "latency", "router", "expert", "window", "budget", "kernel", "tensor", "weight", "stream",
+        "search", "fusion",
+    ];
+    let per_file = 100;
+    let mut texts = Vec::with_capacity(end - start);
+    let mut vectors = Vec::with_capacity(end - start);
+    let mut ids = Vec::with_capacity(end - start);
+    let mut paths = Vec::with_capacity(end - start);
+    for i in start..end {
+        let words: Vec<&str> = (0..60)
+            .map(|_| WORDS[(next() % WORDS.len() as u64) as usize])
+            .collect();
+        texts.push(words.join(" "));
+        let mut v: Vec<f32> = (0..dim)
+            .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter_mut().for_each(|x| *x /= norm);
+        vectors.push(v);
+        ids.push(format!("synthetic-{i}"));
+        paths.push(format!("synthetic/file-{}.md", i / per_file));
+    }
+    let rows: Vec<Row> = (0..texts.len())
+        .map(|j| Row {
+            id: &ids[j],
+            path: &paths[j],
+            heading: "",
+            line_start: 1,
+            line_end: 1,
+            text: &texts[j],
+            file_hash: "synthetic",
+            vector: &vectors[j],
+        })
+        .collect();
+    let mut files: Vec<FileState> = paths
+        .iter()
+        .map(|p| FileState {
+            path: p.clone(),
+            hash: "synthetic".into(),
+            size: 0,
+            mtime_ns: 0,
+            chunks: per_file as u32,
+        })
+        .collect();
+    files.dedup_by(|a, b| a.path == b.path);
+    store.replace_files(&files, &[], &rows)
 }

@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::cli::BenchAnnArgs;
-use crate::config::Settings;
+use crate::config::{AnnType, Settings};
 use crate::exit::Exit;
 use crate::store::{FileState, IndexMeta, Location, Row, Store, VectorSearch};
 use crate::ui::Ui;
@@ -95,21 +95,11 @@ pub fn run(settings: &Settings, a: &BenchAnnArgs, ui: &Ui) -> Result<Exit> {
     let mut store = fill(&loc, settings, a.chunks, &mut corpus, ui)?;
     let queries: Vec<Vec<f32>> = (0..a.queries).map(|i| corpus.sample(i * 7 + 3)).collect();
 
-    let timed = |store: &Store| -> Result<(Vec<f64>, Vec<Vec<String>>)> {
-        let (mut ms, mut ids) = (Vec::new(), Vec::new());
-        for q in &queries {
-            let t = Instant::now();
-            let hits = store.vector_search(q, 10, None)?;
-            ms.push(t.elapsed().as_secs_f64() * 1e3);
-            ids.push(hits.into_iter().map(|h| h.id).collect());
-        }
-        Ok((ms, ids))
-    };
     store.set_search(VectorSearch {
         exact: true,
         ..VectorSearch::default()
     });
-    let (exact_ms, truth) = timed(&store)?;
+    let (exact_ms, truth) = timed(&store, &queries)?;
     let mut out = vec![Measure {
         kind: "exact".into(),
         nprobes: 0,
@@ -127,26 +117,12 @@ pub fn run(settings: &Settings, a: &BenchAnnArgs, ui: &Ui) -> Result<Exit> {
         builds.push(serde_json::json!({ "kind": format!("{kind:?}"), "build_s": build_s }));
         for &nprobes in &a.nprobes {
             for &refine_factor in &a.refine {
-                store.set_search(VectorSearch {
+                let search = VectorSearch {
                     exact: false,
                     nprobes,
                     refine_factor,
-                });
-                let (ms, ids) = timed(&store)?;
-                let found: usize = ids
-                    .iter()
-                    .zip(&truth)
-                    .map(|(got, want)| got.iter().filter(|id| want.contains(id)).count())
-                    .sum();
-                let total: usize = truth.iter().map(Vec::len).sum();
-                out.push(Measure {
-                    kind: format!("{kind:?}"),
-                    nprobes,
-                    refine_factor,
-                    p50_ms: percentile(&ms, 0.5),
-                    p95_ms: percentile(&ms, 0.95),
-                    recall_at_10: found as f64 / total.max(1) as f64,
-                });
+                };
+                out.push(measure(&mut store, kind, search, &queries, &truth)?);
             }
         }
     }
@@ -157,6 +133,46 @@ pub fn run(settings: &Settings, a: &BenchAnnArgs, ui: &Ui) -> Result<Exit> {
         "results": out,
     }))?;
     Ok(Exit::Success)
+}
+
+/// Latency of each query in ms and the ids it found, under the store's current search
+/// settings: the same queries timed the same way for the exact scan and every ANN setting.
+fn timed(store: &Store, queries: &[Vec<f32>]) -> Result<(Vec<f64>, Vec<Vec<String>>)> {
+    let (mut ms, mut ids) = (Vec::new(), Vec::new());
+    for q in queries {
+        let t = Instant::now();
+        let hits = store.vector_search(q, 10, None)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        ids.push(hits.into_iter().map(|h| h.id).collect());
+    }
+    Ok((ms, ids))
+}
+
+/// One row of the report: the ANN index of `kind` searched with `search`, its recall judged
+/// against the exact scan's ids in `truth`.
+fn measure(
+    store: &mut Store,
+    kind: AnnType,
+    search: VectorSearch,
+    queries: &[Vec<f32>],
+    truth: &[Vec<String>],
+) -> Result<Measure> {
+    store.set_search(search);
+    let (ms, ids) = timed(store, queries)?;
+    let found: usize = ids
+        .iter()
+        .zip(truth)
+        .map(|(got, want)| got.iter().filter(|id| want.contains(id)).count())
+        .sum();
+    let total: usize = truth.iter().map(Vec::len).sum();
+    Ok(Measure {
+        kind: format!("{kind:?}"),
+        nprobes: search.nprobes,
+        refine_factor: search.refine_factor,
+        p50_ms: percentile(&ms, 0.5),
+        p95_ms: percentile(&ms, 0.95),
+        recall_at_10: found as f64 / total.max(1) as f64,
+    })
 }
 
 /// The table of `chunks` synthetic vectors at `loc`: written in commits of 10,000 rows, or
@@ -194,29 +210,7 @@ fn fill(
     let started = Instant::now();
     for start in (0..chunks).step_by(10_000) {
         let end = (start + 10_000).min(chunks);
-        let vectors: Vec<Vec<f32>> = (start..end).map(|i| corpus.sample(i)).collect();
-        let ids: Vec<String> = (start..end).map(|i| format!("v{i}")).collect();
-        let path = format!("synthetic/{}.md", start / 10_000);
-        let rows: Vec<Row> = (0..vectors.len())
-            .map(|j| Row {
-                id: &ids[j],
-                path: &path,
-                heading: "",
-                line_start: 1,
-                line_end: 1,
-                text: "",
-                file_hash: "synthetic",
-                vector: &vectors[j],
-            })
-            .collect();
-        let file = FileState {
-            path: path.clone(),
-            hash: "synthetic".into(),
-            size: 0,
-            mtime_ns: 0,
-            chunks: rows.len() as u32,
-        };
-        store.replace_files(&[file], &[], &rows)?;
+        write_batch(&store, corpus, start, end)?;
         ui.info(&format!("{end} / {chunks} vectors"));
     }
     ui.info(&format!(
@@ -224,4 +218,32 @@ fn fill(
         started.elapsed().as_secs_f64()
     ));
     Ok(store)
+}
+
+/// One commit of the table: vectors `start..end`, recorded as one synthetic file so each
+/// commit stays a bounded write.
+fn write_batch(store: &Store, corpus: &mut Corpus, start: usize, end: usize) -> Result<()> {
+    let vectors: Vec<Vec<f32>> = (start..end).map(|i| corpus.sample(i)).collect();
+    let ids: Vec<String> = (start..end).map(|i| format!("v{i}")).collect();
+    let path = format!("synthetic/{}.md", start / 10_000);
+    let rows: Vec<Row> = (0..vectors.len())
+        .map(|j| Row {
+            id: &ids[j],
+            path: &path,
+            heading: "",
+            line_start: 1,
+            line_end: 1,
+            text: "",
+            file_hash: "synthetic",
+            vector: &vectors[j],
+        })
+        .collect();
+    let file = FileState {
+        path: path.clone(),
+        hash: "synthetic".into(),
+        size: 0,
+        mtime_ns: 0,
+        chunks: rows.len() as u32,
+    };
+    store.replace_files(&[file], &[], &rows)
 }

@@ -2,6 +2,7 @@
 //! staleness figure is a cheap scan: each indexed file's size and mtime against what the
 //! index recorded (new files need a walk of the inputs: `rag ingest --check DIR`).
 
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -10,8 +11,8 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::config::Settings;
-use crate::exit::ExitError;
-use crate::store::{Location, Store};
+use crate::exit::{Exit, ExitError};
+use crate::store::{FileState, Location, Store};
 use crate::ui::Ui;
 
 #[derive(Debug, Serialize)]
@@ -79,6 +80,32 @@ pub fn collect(s: &Settings) -> Result<Status> {
     } else {
         &store.meta.root
     };
+    let (changed, missing) = staleness(root, &states);
+    let generators = configured_generators(s);
+    let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
+    Ok(Status {
+        index: s.index.dir.clone(),
+        ann_index: store.ann().map(String::from),
+        root: root.clone(),
+        files: stats.files,
+        chunks: stats.chunks,
+        embed_model: store.meta.embed.name.clone(),
+        embed_dim: store.meta.embed.dim,
+        generators,
+        last_ingest_unix: last_commit(dir),
+        disk_bytes: super::doctor::dir_bytes(dir),
+        table_versions: store.version_count()?,
+        prompt_cache_entries: entries,
+        prompt_cache_bytes: cache_bytes,
+        files_changed: changed,
+        files_missing: missing,
+        files_failed: crate::ingest::failed::Failed::load(dir).files.len(),
+    })
+}
+
+/// Indexed files whose size or mtime moved since the record, and those gone: a cheap scan
+/// of the recorded files only (no walk for new ones), so status stays instant.
+fn staleness(root: &Path, states: &HashMap<String, FileState>) -> (usize, usize) {
     let (mut changed, mut missing) = (0, 0);
     for st in states.values() {
         match std::fs::symlink_metadata(root.join(&st.path)) {
@@ -91,8 +118,14 @@ pub fn collect(s: &Settings) -> Result<Status> {
             Err(_) => missing += 1,
         }
     }
+    (changed, missing)
+}
+
+/// Each tier's model as configured: a local file with its size (None when missing), or for a
+/// remote backend the server's URL, so status shows what `--model` would use.
+fn configured_generators(s: &Settings) -> Vec<Generator> {
     let l = &s.llm;
-    let generators = crate::config::Tier::ALL
+    crate::config::Tier::ALL
         .into_iter()
         .map(|t| {
             let (backend, path) = s.generator(t);
@@ -110,26 +143,7 @@ pub fn collect(s: &Settings) -> Result<Status> {
                 bytes: None,
             },
         })
-        .collect();
-    let (entries, cache_bytes, _) = crate::promptcache::audit(dir);
-    Ok(Status {
-        index: s.index.dir.clone(),
-        ann_index: store.ann().map(String::from),
-        root: root.clone(),
-        files: stats.files,
-        chunks: stats.chunks,
-        embed_model: store.meta.embed.name.clone(),
-        embed_dim: store.meta.embed.dim,
-        generators,
-        last_ingest_unix: last_commit(dir),
-        disk_bytes: crate::doctor::dir_bytes(dir),
-        table_versions: store.version_count()?,
-        prompt_cache_entries: entries,
-        prompt_cache_bytes: cache_bytes,
-        files_changed: changed,
-        files_missing: missing,
-        files_failed: crate::ingest::failed::Failed::load(dir).files.len(),
-    })
+        .collect()
 }
 
 fn mib(b: u64) -> String {
@@ -150,6 +164,12 @@ fn ago(unix: Option<u64>) -> String {
         7200..172_800 => format!("{} h ago", s / 3600),
         _ => format!("{} days ago", s / 86_400),
     }
+}
+
+/// `rag status`: what the index holds and whether it is up to date.
+pub fn run(settings: &Settings, json: bool, ui: &Ui) -> Result<Exit> {
+    print(ui, &collect(settings)?, json)?;
+    Ok(Exit::Success)
 }
 
 pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
@@ -176,32 +196,10 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
             format!("{} ({} dims)", st.embed_model, st.embed_dim),
         ),
     ];
-    for g in &st.generators {
-        let remote = g.path.to_string_lossy().starts_with("http");
-        let size = g
-            .bytes
-            .map_or(if remote { "server" } else { "missing" }.into(), mib);
-        let label = match g.role {
-            "small" => "generator",
-            "medium" => "medium model",
-            _ => "large model",
-        };
-        rows.push((label, format!("{} ({size})", g.path.display())));
-    }
+    rows.extend(st.generators.iter().map(generator_row));
     rows.extend([
         ("last ingest", ago(st.last_ingest_unix)),
-        (
-            "on disk",
-            if st.index.to_string_lossy().contains("://") {
-                format!("object storage, {} table versions", st.table_versions)
-            } else {
-                format!(
-                    "{}, {} table versions",
-                    mib(st.disk_bytes),
-                    st.table_versions
-                )
-            },
-        ),
+        ("on disk", on_disk(st)),
         (
             "prompt cache",
             format!(
@@ -211,15 +209,46 @@ pub fn print(ui: &Ui, st: &Status, json: bool) -> Result<()> {
             ),
         ),
     ]);
-    let stale = if st.files_changed + st.files_missing == 0 {
+    rows.push(("freshness", freshness(st)));
+    let text: String = rows.iter().map(|(k, v)| format!("{k:<14} {v}\n")).collect();
+    Ok(ui.out(&text)?)
+}
+
+/// A generator's row: a remote one has no file, so its size reads "server", not "missing".
+fn generator_row(g: &Generator) -> (&'static str, String) {
+    let remote = g.path.to_string_lossy().starts_with("http");
+    let size = g
+        .bytes
+        .map_or(if remote { "server" } else { "missing" }.into(), mib);
+    let label = match g.role {
+        "small" => "generator",
+        "medium" => "medium model",
+        _ => "large model",
+    };
+    (label, format!("{} ({size})", g.path.display()))
+}
+
+/// The index's footprint: a size only for a local folder, which is the only one measured.
+fn on_disk(st: &Status) -> String {
+    if st.index.to_string_lossy().contains("://") {
+        format!("object storage, {} table versions", st.table_versions)
+    } else {
+        format!(
+            "{}, {} table versions",
+            mib(st.disk_bytes),
+            st.table_versions
+        )
+    }
+}
+
+/// Whether an ingest is due, with the command that brings the index up to date.
+fn freshness(st: &Status) -> String {
+    if st.files_changed + st.files_missing == 0 {
         "none of the indexed files changed (new files: `rag ingest --check DIR`)".to_string()
     } else {
         format!(
             "{} changed, {} missing since the last ingest; run `rag ingest DIR`",
             st.files_changed, st.files_missing
         )
-    };
-    rows.push(("freshness", stale));
-    let text: String = rows.iter().map(|(k, v)| format!("{k:<14} {v}\n")).collect();
-    Ok(ui.out(&text)?)
+    }
 }

@@ -11,10 +11,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use super::Client;
+use super::{Decode, Llm, Message, Prefill, Sampling, StopReason};
 use crate::config::LlmSettings;
 use crate::exit::ExitError;
-use crate::llm::{Decode, Llm, Message, Prefill, Sampling, StopReason};
+use crate::remote::Client;
 
 /// Tokens the chat template adds around each message when it cannot be measured
 /// (ChatML: `<|im_start|>role\n … <|im_end|>\n` is 5; Llama 3's header 4; rounded up).
@@ -32,7 +32,7 @@ enum Counter {
     Estimate,
 }
 
-pub struct Generator {
+pub struct Remote {
     client: Client,
     /// The model name sent with each request.
     model: String,
@@ -41,14 +41,14 @@ pub struct Generator {
     server_ctx: Option<u32>,
 }
 
-impl Generator {
+impl Remote {
     /// Connects to `s.url`: finds the model name (`llm.remote_model`, else the server's first)
     /// and how to count tokens. An unreachable server is an exit-5 error here, before any
     /// retrieval is wasted on it.
-    pub fn open(s: &LlmSettings) -> Result<Generator> {
+    pub fn open(s: &LlmSettings) -> Result<Remote> {
         let client = Client::new(&s.url, &s.api_key_env, s.timeout_s, s.retries, "llm.url")?;
         let model = if s.remote_model.is_empty() {
-            first_model(&client, "llm.remote_model")?
+            client.first_model("llm.remote_model")?
         } else {
             s.remote_model.clone()
         };
@@ -59,7 +59,7 @@ impl Generator {
             .and_then(|n| u32::try_from(n).ok())
             .filter(|&n| n > 0);
         tracing::info!(url = client.base(), %model, counter = counter.name(), ?server_ctx, "remote generator");
-        Ok(Generator {
+        Ok(Remote {
             client,
             model,
             counter,
@@ -272,20 +272,6 @@ fn counter(tokenizer: &Path, client: &Client) -> Result<Counter> {
     } else {
         Counter::Estimate
     })
-}
-
-/// The server's first listed model (`GET /models`); `setting` names it instead.
-pub(super) fn first_model(client: &Client, setting: &str) -> Result<String> {
-    let v = client.get_json("/models")?;
-    v.pointer("/data/0/id")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .ok_or_else(|| {
-            ExitError::usage(format!(
-                "{}/models lists no model; set {setting}",
-                client.base()
-            ))
-        })
 }
 
 fn wire_messages(messages: &[Message]) -> Vec<Value> {

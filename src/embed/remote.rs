@@ -4,9 +4,9 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 
-use super::Client;
 use crate::config::EmbedSettings;
 use crate::exit::ExitError;
+use crate::remote::Client;
 
 pub struct Embeddings {
     client: Client,
@@ -17,7 +17,7 @@ impl Embeddings {
     pub fn open(s: &EmbedSettings) -> Result<Embeddings> {
         let client = Client::new(&s.url, &s.api_key_env, s.timeout_s, s.retries, "embed.url")?;
         let model = if s.remote_model.is_empty() {
-            super::generate::first_model(&client, "embed.remote_model")?
+            client.first_model("embed.remote_model")?
         } else {
             s.remote_model.clone()
         };

@@ -10,18 +10,13 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Result};
 
-use crate::ask::{Answer, Query, ABSTAIN_TEXT};
-use crate::config::Settings;
-use crate::engine::{Answerer, Chat, Event};
+use crate::cli::ChatArgs;
+use crate::config::{Mode, Settings};
+use crate::engine::{Answer, Answerer, Chat, Event, ABSTAIN_TEXT};
 use crate::exit::Exit;
 use crate::llm::StopReason;
-use crate::printer::{evidence_and_sources, stats_line};
-use crate::retrieve::Mode;
+use crate::printer::{self, evidence_and_sources, stats_line, PrefillSpinner};
 use crate::ui::Ui;
-
-pub struct ChatOptions {
-    pub verbose: bool,
-}
 
 /// Reads questions, one per line; `None` at the end of input (Ctrl-D on a terminal).
 fn next_question(
@@ -53,7 +48,8 @@ fn next_question(
     }
 }
 
-pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui) -> Result<Exit> {
+pub fn run(settings: &Settings, a: &ChatArgs, verbose: bool, ui: &Ui) -> Result<Exit> {
+    let base = super::query(settings, "", &a.retrieval, verbose);
     let engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false)?;
     let mut chat = Chat::open(&engine)?;
     let interactive = std::io::stdin().is_terminal();
@@ -67,19 +63,22 @@ pub fn run(settings: &Settings, base: &Query, o: &ChatOptions, ui: &Ui) -> Resul
     }
     while let Some(question) = next_question(&mut lines, ui, interactive)? {
         stop.store(false, Ordering::SeqCst);
+        let mut spinner = PrefillSpinner::default();
         let mut on = |e: Event| -> std::io::Result<()> {
-            match e {
-                Event::Piece(piece) => ui.out(piece)?,
-                Event::Dropped(_) | Event::Retrieved { .. } => {}
+            spinner.event(&e, ui);
+            if let Event::Piece(piece) = e {
+                ui.out(piece)?;
+            } else {
+                printer::aside(&e, ui);
             }
             if stop.load(Ordering::SeqCst) {
                 return Err(std::io::ErrorKind::Interrupted.into());
             }
             Ok(())
         };
-        let answer = chat.turn(base, &question, ui, &mut on)?;
+        let answer = chat.turn(&base, &question, &mut on)?;
         print_turn(&answer, ui)?;
-        if o.verbose && !answer.abstained {
+        if verbose && !answer.abstained {
             ui.stderr(&format!(
                 "turn {}: {}",
                 chat.turns(),

@@ -1,5 +1,5 @@
-//! A project's settings file: `rag init` writes one, `rag config` explains the settings in
-//! force and where each came from.
+//! `rag init`: writes a project's settings file, every key commented out at its default
+//! and the models found by path, and keeps the index out of git.
 
 use std::path::{Path, PathBuf};
 
@@ -7,13 +7,14 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use toml::Value;
 
-use crate::config::{Settings, Source};
-use crate::exit::ExitError;
+use crate::cli::InitArgs;
+use crate::config::Settings;
+use crate::exit::{Exit, ExitError};
 use crate::ui::Ui;
 
 /// The commented template: the repository's own rag.toml, which shows every key with its
 /// default and why (a unit test keeps it complete and true).
-const TEMPLATE: &str = include_str!("../rag.toml");
+const TEMPLATE: &str = include_str!("../../rag.toml");
 
 /// Model keys and their default paths, as written in the template.
 const MODEL_KEYS: &[(&str, &str, &str)] = &[
@@ -159,6 +160,16 @@ fn ignore_index(path: &Path) -> Result<()> {
     crate::atomic::write(path, new.as_bytes())
 }
 
+/// `rag init [DIR] [--force]`: runs where the settings are broken too, so it reads the
+/// current ones only to carry over the models they find.
+pub fn run(config: Option<&Path>, a: &InitArgs, ui: &Ui) -> Result<Exit> {
+    let current = crate::config::resolve(config, &crate::config::Flags::default()).ok();
+    let dir = a.dir.clone().unwrap_or_else(|| ".".into());
+    let done = init(&dir, a.force, current.as_ref())?;
+    print_init(ui, &done, a.json)?;
+    Ok(Exit::Success)
+}
+
 pub fn print_init(ui: &Ui, done: &Init, json: bool) -> Result<()> {
     if json {
         return ui.json(done);
@@ -176,71 +187,6 @@ pub fn print_init(ui: &Ui, done: &Init, json: bool) -> Result<()> {
     }
     ui.info("next:\n  rag ingest .\n  rag ask \"a question about your documents\"");
     Ok(())
-}
-
-/// One resolved setting, for `rag config --json`.
-#[derive(Debug, Serialize)]
-struct Entry<'a> {
-    key: String,
-    value: Value,
-    source: &'a Source,
-}
-
-#[derive(Debug, Serialize)]
-struct Report<'a> {
-    config_file: Option<&'a Path>,
-    root: &'a Path,
-    settings: Vec<Entry<'a>>,
-}
-
-fn entries(s: &Settings) -> Vec<Entry<'_>> {
-    let table = Value::try_from(s).ok();
-    let table = table.as_ref().and_then(Value::as_table);
-    let mut out = vec![];
-    for (section, keys) in table.into_iter().flatten() {
-        for (key, value) in keys.as_table().into_iter().flatten() {
-            let full = format!("{section}.{key}");
-            if let Some(source) = s.sources.get(&full) {
-                out.push(Entry {
-                    key: full,
-                    value: value.clone(),
-                    source,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// `rag config`: every setting in force as TOML, each with where it came from.
-pub fn print_config(ui: &Ui, s: &Settings, json: bool) -> Result<()> {
-    let settings = entries(s);
-    if json {
-        return ui.json(&Report {
-            config_file: s.file.as_deref(),
-            root: &s.root,
-            settings,
-        });
-    }
-    let file = match &s.file {
-        Some(f) => f.display().to_string(),
-        None => "none (built-in defaults; `rag init` writes one)".into(),
-    };
-    let mut text = format!(
-        "# config file: {file}\n# project root: {}\n",
-        s.root.display()
-    );
-    let mut section = "";
-    for e in &settings {
-        let (sec, key) = e.key.split_once('.').unwrap_or(("", &e.key));
-        if sec != section {
-            text.push_str(&format!("\n[{sec}]\n"));
-            section = sec;
-        }
-        let line = format!("{key} = {}", e.value);
-        text.push_str(&format!("{line:<48} # {}\n", e.source));
-    }
-    Ok(ui.out(&text)?)
 }
 
 #[cfg(test)]

@@ -1,0 +1,158 @@
+//! The value types settings are made of: enums a key takes (`retrieval.mode`, `llm.route`,
+//! `embed.pooling`, …) and the object-storage options. A leaf: stages and engines take these
+//! from here, so reading a setting never ties a module to a stage.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The retriever: `retrieval.mode`, `--mode`, `rag eval --modes`, a batch line's `mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Hybrid,
+    Vector,
+    Text,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "hybrid" => Some(Mode::Hybrid),
+            "vector" => Some(Mode::Vector),
+            "text" => Some(Mode::Text),
+            _ => None,
+        }
+    }
+}
+
+/// The order of the packed sources in the prompt (`retrieval.source_order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// By path and line: two asks that retrieve the same sources share the prompt prefix.
+    Path,
+    /// The best-ranked source first.
+    BestFirst,
+    /// The best-ranked source last, next to the question.
+    BestLast,
+}
+
+/// How the embedder's token vectors become one: `embed.pooling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// MiniLM, e5, gte
+    Mean,
+    /// bge
+    Cls,
+}
+
+impl Pooling {
+    /// As recorded in the index.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+        }
+    }
+}
+
+/// Where a generator runs: `llm.backend`, `llm.medium_backend`, `llm.large_backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// In this process, through llama.cpp, on the GGUF file `llm.model` / `llm.medium_model`
+    /// / `llm.large_model`.
+    Local,
+    /// An OpenAI-compatible chat-completions server at `llm.url` (llama-server, vLLM,
+    /// Ollama, a hosted API).
+    Openai,
+}
+
+/// Which generator answers: `llm.route`, `--model small|medium|large|auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    Small,
+    Medium,
+    Large,
+    /// Chosen per question from what retrieval found (see docs/how-it-works.md: routing).
+    Auto,
+}
+
+/// One of the three generators: `small` (llm.model), `medium` (llm.medium_model), `large`
+/// (llm.large_model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Small,
+    Medium,
+    Large,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::Small, Tier::Medium, Tier::Large];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Small => "small",
+            Tier::Medium => "medium",
+            Tier::Large => "large",
+        }
+    }
+}
+
+/// How decoding guesses ahead: `llm.speculative`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculative {
+    /// One token per decode step.
+    Off,
+    /// Drafts copied from the prompt where its last tokens occurred before (prompt lookup):
+    /// an answer that quotes its sources gets those tokens checked several at a time.
+    Lookup,
+    /// Drafts written by `llm.draft_model` (a smaller model with the same vocabulary).
+    Draft,
+}
+
+/// The ANN index kinds rag builds (LanceDB's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AnnType {
+    IvfHnswSq,
+    IvfPq,
+}
+
+/// `[index.storage]`: object-store options (`aws_endpoint`, `aws_region`, `allow_http`, …).
+/// Shown by `rag config` with the values of secret keys masked.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct StorageOptions(pub BTreeMap<String, String>);
+
+impl StorageOptions {
+    /// Whether `key` names a credential (its value is never printed).
+    pub fn is_secret(key: &str) -> bool {
+        let k = key.to_ascii_lowercase();
+        ["secret", "password", "token", "sas", "key"]
+            .iter()
+            .any(|w| k.contains(w))
+            && !k.ends_with("key_id")
+    }
+}
+
+impl Serialize for StorageOptions {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = ser.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            let shown = if StorageOptions::is_secret(k) {
+                "***"
+            } else {
+                v.as_str()
+            };
+            map.serialize_entry(k, shown)?;
+        }
+        map.end()
+    }
+}

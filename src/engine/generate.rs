@@ -1,0 +1,303 @@
+//! Generation on a prepared prompt: prefill (restoring and saving the persistent prompt
+//! cache), decode (with a drafter when `llm.speculative` asks), the loop guard and citer on
+//! every piece, and the citation check of the whole answer. One-shot answers, chat turns and
+//! remote generators share [`Answerer::stream_checked`].
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::answer::{evidence, generation_timings, sources_out};
+use super::{Answer, Answerer, Event, ModelOut, On, Prepared, SoFar, SourceOut};
+use crate::ask::{cite, stream};
+use crate::llm::{
+    Decode, Generator, Prefill, Sampling, Session, StopReason, Token, LLAMA_CPP_BUILD,
+};
+use crate::promptcache::PromptCache;
+
+/// A cached state is worth loading only when it covers at least this many prompt tokens.
+const MIN_CACHED_PREFIX: usize = 32;
+
+impl Answerer {
+    /// Prefills `tokens`, first restoring the longest cached prefix from the persistent
+    /// prompt cache and afterwards saving the prompt's state there (when `cache` is on).
+    pub(super) fn prefill(
+        &self,
+        session: &mut Session<'_>,
+        loaded: &Generator,
+        tokens: &[Token],
+        n_ctx: u32,
+        cache: bool,
+        on: On<'_>,
+    ) -> Result<Prefill> {
+        let cache = cache.then(|| self.prompt_cache(loaded, n_ctx)).flatten();
+        let ids = crate::llm::ids(tokens);
+        let restored = match &cache {
+            Some(c) => restore(c, session, &ids, on)?,
+            None => None,
+        };
+        on(Event::Prefill {
+            tokens: tokens.len(),
+        })?;
+        let prefill = match (session.prefill(tokens), restored) {
+            (Ok(p), _) => p,
+            // Whatever went wrong after a restore, the cache must not break the answer: drop
+            // the entry and prefill from an empty context.
+            (Err(e), Some(state)) => {
+                let w = format!("prompt cache entry {} dropped ({e:#})", state.display());
+                on(Event::Warning(&w))?;
+                if let Some(c) = &cache {
+                    c.discard(&state);
+                }
+                session.reset();
+                session.prefill(tokens)?
+            }
+            (Err(e), None) => return Err(e),
+        };
+        on(Event::Prefilled)?;
+        if let Some(c) = &cache {
+            // Saved before generation, so the state holds exactly the prompt.
+            if let Err(e) = c.store(&ids, |p| session.save_state(p)) {
+                on(Event::Warning(&format!("prompt cache not saved: {e:#}")))?;
+            }
+        }
+        Ok(prefill)
+    }
+
+    /// The persistent prompt cache of `loaded` in a context of `n_ctx` (states are only valid
+    /// for one model file, context size and llama.cpp build), unless `llm.prompt_cache_mb = 0`.
+    fn prompt_cache(&self, loaded: &Generator, n_ctx: u32) -> Option<PromptCache> {
+        let settings = &self.settings;
+        let sha256 = loaded.local().map_or("", |(_, sha)| sha);
+        (settings.llm.prompt_cache_mb > 0).then(|| {
+            let n_ctx = n_ctx.to_string();
+            PromptCache::new(
+                &settings.index.state_dir(),
+                &[sha256, &n_ctx, LLAMA_CPP_BUILD],
+                settings.llm.prompt_cache_mb << 20,
+            )
+        })
+    }
+
+    /// Generates and checks the answer to `question` on the prepared prompt.
+    pub(super) fn generate(
+        &self,
+        question: &str,
+        prep: Prepared,
+        sources: Vec<SourceOut>,
+        so_far: SoFar,
+        cache: bool,
+        on: On<'_>,
+    ) -> Result<Answer> {
+        let loaded = self.loaded(prep.model);
+        let Some((llm, _)) = loaded.local() else {
+            let (answer, _) = self.remote_checked(question, &prep, sources, so_far, on)?;
+            return Ok(answer);
+        };
+        let (params, _) = self.window(loaded)?;
+        let tokens = llm.chat_tokens(&prep.packed.messages)?;
+        let mut session = llm.session(&params)?;
+        let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, on)?;
+        let mut drafter = self.drafter(llm, &params, on)?;
+        let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
+            Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
+        };
+        let (answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
+        Ok(answer)
+    }
+
+    /// [`Answerer::stream_checked`] on a remote generator: the whole prompt is sent, and the
+    /// server's prompt cache (llama-server's `cache_prompt`) stands in for rag's.
+    pub(super) fn remote_checked(
+        &self,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        so_far: SoFar,
+        on: On<'_>,
+    ) -> Result<(Answer, String)> {
+        let Some(g) = self.loaded(prep.model).remote() else {
+            unreachable!("remote_checked is only called for a remote generator");
+        };
+        let messages = &prep.packed.messages;
+        // The count packing made: only shown when the server reports no usage, so no second
+        // round of /apply-template and /tokenize requests for it.
+        let prompt_len = prep.packed.prompt_tokens;
+        let generate =
+            |s: &_, piece: &mut dyn FnMut(&str) -> bool| g.generate(messages, prompt_len, s, piece);
+        self.stream_checked(question, prep, sources, so_far, on, generate)
+    }
+
+    /// Streams the answer `generate` writes (on a prefilled local session, or from a server;
+    /// it returns the prefill and decode figures), then checks its citations: what one-shot
+    /// answers and chat turns share. Returns the checked answer and the text as generated
+    /// (what a conversation keeps). A piece handler that fails with `Interrupted` stops the
+    /// answer where it is (Ctrl-C in chat) and is not an error.
+    pub(super) fn stream_checked(
+        &self,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        so_far: SoFar,
+        on: On<'_>,
+        generate: impl FnOnce(&Sampling, &mut dyn FnMut(&str) -> bool) -> Result<(Prefill, Decode)>,
+    ) -> Result<(Answer, String)> {
+        let texts = prep.packed.texts();
+        let mut prefill = Prefill::default();
+        let (raw, decode, added_citations) = self.stream(&texts, on, |sampling, piece| {
+            let (p, d) = generate(sampling, piece)?;
+            prefill = p;
+            Ok(d)
+        })?;
+        let answer = self.checked(
+            question,
+            prep,
+            sources,
+            &raw,
+            (&prefill, &decode, added_citations),
+            so_far,
+        );
+        Ok((answer, raw))
+    }
+
+    /// The answer as generated, its citations checked, with its evidence and figures.
+    pub(super) fn checked(
+        &self,
+        question: &str,
+        prep: &Prepared,
+        sources: Vec<SourceOut>,
+        raw: &str,
+        (prefill, decode, added_citations): (&Prefill, &Decode, usize),
+        so_far: SoFar,
+    ) -> Answer {
+        let (path, sha256) = self.loaded(prep.model).identity();
+        let texts = prep.packed.texts();
+        let timings = generation_timings(so_far.timings, prefill, decode, so_far.started);
+        let checked = cite::check(raw.trim(), &texts);
+        let evidence = evidence(&checked.citations, &sources, &texts);
+        Answer {
+            question: question.to_string(),
+            answer: checked.answer.clone(),
+            sources,
+            citations: checked.citations.clone(),
+            evidence,
+            invalid_citations: checked.invalid.clone(),
+            added_citations,
+            uncited_sentences: checked.uncited.clone(),
+            abstained: false,
+            best_similarity: prep.best_similarity,
+            stop: Some(decode.stop),
+            timings,
+            model: Some(ModelOut {
+                path,
+                sha256,
+                route: prep.route.clone(),
+            }),
+        }
+    }
+
+    /// Runs `generate` (a prefilled session's, or a remote server's), passing each piece
+    /// through the loop guard and the citer to `on`. Returns the text as generated (a
+    /// repeated tail dropped), the decode figures and how many citation markers were added.
+    fn stream(
+        &self,
+        texts: &[(usize, &str)],
+        on: On<'_>,
+        generate: impl FnOnce(&Sampling, &mut dyn FnMut(&str) -> bool) -> Result<Decode>,
+    ) -> Result<(String, Decode, usize)> {
+        let settings = &self.settings;
+        let mut raw = String::new();
+        let mut write_err = None;
+        let mut answer = stream::AnswerStream::new(texts, settings.llm.add_citations);
+        let mut decode = generate(&Sampling::of(&settings.llm), &mut |piece| {
+            let Some(piece) = answer.push(piece) else {
+                return false;
+            };
+            raw.push_str(&piece);
+            if piece.is_empty() {
+                return true;
+            }
+            match on(Event::Piece(&piece)) {
+                Ok(()) => true,
+                Err(e) => {
+                    write_err = Some(e);
+                    false
+                }
+            }
+        })?;
+        let interrupted = write_err
+            .as_ref()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::Interrupted);
+        if interrupted {
+            write_err = None;
+            decode.stop = StopReason::Cancelled;
+        } else {
+            let rest = settle(&mut answer, &mut raw, &mut decode);
+            if write_err.is_none() && !rest.is_empty() {
+                if let Err(e) = on(Event::Piece(&rest)) {
+                    write_err = Some(e);
+                }
+            }
+        }
+        match write_err {
+            Some(e) => Err(e.into()),
+            None => Ok((raw, decode, answer.added_citations())),
+        }
+    }
+}
+
+/// Loads into `session` the cached state that shares the longest prefix with `ids`, if one
+/// covers enough of it; the state file restored. A damaged entry is discarded with a warning.
+fn restore(
+    cache: &PromptCache,
+    session: &mut Session<'_>,
+    ids: &[i32],
+    on: On<'_>,
+) -> Result<Option<PathBuf>> {
+    let Some(entry) = cache.best(ids, MIN_CACHED_PREFIX) else {
+        return Ok(None);
+    };
+    if cache.verified(&entry) && session.load_state(&entry.state, &entry.tokens) {
+        return Ok(Some(entry.state));
+    }
+    let w = format!(
+        "ignored a damaged prompt cache entry {}",
+        entry.state.display()
+    );
+    on(Event::Warning(&w))?;
+    cache.discard(&entry.state);
+    Ok(None)
+}
+
+/// Ends an answer that was not interrupted: a repeated tail dropped, the stop reason set
+/// when the loop guard cut it, and the citer's last words added to `raw`; returns those
+/// words (still to be shown).
+pub(super) fn settle(
+    answer: &mut stream::AnswerStream,
+    raw: &mut String,
+    decode: &mut Decode,
+) -> String {
+    let cut = decode.stop == StopReason::Repetition;
+    if cut {
+        *raw = stream::drop_repeat(raw);
+    }
+    if answer.looped() {
+        decode.stop = StopReason::Repetition;
+    }
+    let rest = answer.finish(raw, cut);
+    raw.push_str(&rest);
+    rest
+}
+
+/// Tells `on` what the budget dropped and what was packed; returns the packed sources.
+pub(super) fn announce(prep: &Prepared, retrieval_ms: f64, on: On<'_>) -> Result<Vec<SourceOut>> {
+    for d in &prep.packed.dropped {
+        on(Event::Dropped(d))?;
+    }
+    let sources = sources_out(&prep.packed);
+    on(Event::Retrieved {
+        sources: &sources,
+        retrieval_ms,
+    })?;
+    Ok(sources)
+}

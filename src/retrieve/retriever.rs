@@ -1,0 +1,189 @@
+//! The [`Retriever`]: the index, the embedder and the optional reranker, opened once and
+//! checked to belong together, answering [`Query`]s with ranked spans.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::{Fusion, Ranked};
+use crate::config::{Mode, Settings};
+use crate::embed::{Embedder, Reranker};
+use crate::store::{Location, Stamp, Store, VectorSearch};
+
+/// What to retrieve: the text, the retriever (None: the engine's), how many spans, and an
+/// optional filter (`--path`/`--where`); `verbose` asks for the ranking to be explained
+/// (the engine's `Event::Ranked`, `printer::ranking`).
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub text: String,
+    pub mode: Option<Mode>,
+    pub top_k: usize,
+    pub filter: Option<String>,
+    pub verbose: bool,
+}
+
+fn vector_search(s: &Settings) -> VectorSearch {
+    VectorSearch::of(&s.index, s.retrieval.exact)
+}
+
+fn fusion(s: &Settings) -> Fusion {
+    Fusion {
+        k: s.retrieval.rrf_k,
+        vector_weight: s.retrieval.vector_weight,
+        text_weight: s.retrieval.text_weight,
+        file_weight: s.retrieval.file_weight,
+        candidates: s.retrieval.candidates,
+        neighbors: s.retrieval.neighbors,
+    }
+}
+
+/// The index and the embedder, opened once and checked to belong together.
+/// The models sit behind mutexes (ONNX sessions run with `&mut`), so retrieval takes
+/// `&self`: a chat keeps a generator session borrowed from the engine while it retrieves.
+pub struct Retriever {
+    /// The index as last opened, and its stamp then: [`Retriever::refresh`] swaps in a
+    /// newer version while readers finish on the one they hold.
+    store: RwLock<(Arc<Store>, Stamp)>,
+    /// Where the index lives: resolved once (a remote one holds its object-store client), not
+    /// on every request's refresh check.
+    loc: Location,
+    embedder: Option<Mutex<Embedder>>,
+    reranker: Option<Mutex<Reranker>>,
+    fusion: Fusion,
+}
+
+/// A poisoned lock only means an earlier call panicked mid-embedding; the model is intact.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The question's vector and the texts' vectors.
+type Embedded = (Vec<f32>, Vec<Vec<f32>>);
+
+impl Retriever {
+    pub fn open(settings: &Settings, mode: Mode) -> Result<Retriever> {
+        let loc = Location::of(&settings.index)?;
+        let stamp = Store::stamp(&loc);
+        let store = Store::open(&loc)?.with_search(vector_search(settings));
+        let embedder = if mode == Mode::Text {
+            None
+        } else {
+            let e = Embedder::load(&settings.embed)?;
+            store.check_model(&e.info)?;
+            Some(Mutex::new(e))
+        };
+        Ok(Retriever {
+            store: RwLock::new((Arc::new(store), stamp)),
+            loc,
+            embedder,
+            reranker: Reranker::load(&settings.rerank, &settings.embed)?.map(Mutex::new),
+            fusion: fusion(settings),
+        })
+    }
+
+    fn store(&self) -> Arc<Store> {
+        self.store
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Re-opens the index when its stamp changed (an ingest committed since); whether it
+    /// did. The new version must have been made with the loaded embedder (else exit 4, and
+    /// the old version stays in use).
+    pub fn refresh(&self, settings: &Settings) -> Result<bool> {
+        let loc = &self.loc;
+        let stamp = Store::stamp(loc);
+        if self.store.read().unwrap_or_else(|p| p.into_inner()).1 == stamp {
+            return Ok(false);
+        }
+        let store = Store::open(loc)?.with_search(vector_search(settings));
+        if let Some(e) = &self.embedder {
+            store.check_model(&lock(e).info)?;
+        }
+        *self.store.write().unwrap_or_else(|p| p.into_inner()) = (Arc::new(store), stamp);
+        tracing::info!(index = %loc.display(), "index re-opened: a new version was committed");
+        Ok(true)
+    }
+
+    /// The indexed files (paths relative to the project root) within `scope` (a filter, as
+    /// `--path`/`--where` make), sorted.
+    pub fn files(&self, scope: Option<&str>) -> Result<Vec<String>> {
+        if let Some(scope) = scope {
+            return self.store().paths_within(scope);
+        }
+        let mut files: Vec<String> = self
+            .store()
+            .file_states()?
+            .into_values()
+            .filter(|f| f.chunks > 0)
+            .map(|f| f.path)
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    /// The text the index holds for `path` (its chunks in line order, those within `scope`),
+    /// if it is indexed and within it.
+    pub fn file_text(&self, path: &str, scope: Option<&str>) -> Result<Option<String>> {
+        let chunks = self.store().chunks_of(path, scope)?;
+        Ok((!chunks.is_empty()).then(|| {
+            chunks
+                .iter()
+                .map(|c| c.text.as_str())
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        }))
+    }
+
+    /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
+    pub fn widen(&self, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
+        super::widen_best(&self.store(), ranked, self.fusion.neighbors)
+    }
+
+    /// The question's vector and those of the passages `texts`, or `None` when no embedder
+    /// is loaded (text-only retrieval).
+    pub fn embed(&self, question: &str, texts: &[String]) -> Result<Option<Embedded>> {
+        match &self.embedder {
+            Some(e) => {
+                let mut e = lock(e);
+                Ok(Some((e.embed_query(question)?, e.embed(texts)?)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
+    pub fn run(&self, q: &Query, mode: Mode) -> Result<(Vec<Ranked>, f64)> {
+        let started = Instant::now();
+        let vector = match (&self.embedder, mode) {
+            (Some(e), Mode::Hybrid | Mode::Vector) => Some(lock(e).embed_query(&q.text)?),
+            _ => None,
+        };
+        // With a reranker, fusion only proposes candidates; the cross-encoder picks the top_k.
+        let depth = match &self.reranker {
+            Some(r) => lock(r).candidates.max(q.top_k),
+            None => q.top_k,
+        };
+        let mut ranked = super::retrieve(
+            &self.store(),
+            &q.text,
+            vector.as_deref(),
+            mode,
+            depth,
+            self.fusion,
+            q.filter.as_deref(),
+        )?;
+        if let Some(r) = &self.reranker {
+            let passages: Vec<String> = ranked.iter().map(|x| super::rerank_text(&x.hit)).collect();
+            let scores = lock(r).scores(&q.text, &passages)?;
+            ranked = super::reorder(ranked, &scores);
+            ranked.truncate(q.top_k);
+        }
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(?mode, hits = ranked.len(), ms, "retrieved");
+        Ok((ranked, ms))
+    }
+}
