@@ -90,7 +90,7 @@ def main():
     have = set.intersection(*(set(runs) for _, runs in data.values()))
     rules = [(f"{t} alone", fixed(t)) for t in TIERS if t in have]
     for bigger in [t for t in ("medium", "large") if t in have]:
-        for th in (0.45, 0.50, 0.55, 0.60, 0.65):
+        for th in (0.50, 0.55, 0.60, 0.65, 0.70, 0.75):
             rules.append((f"auto: {bigger} below similarity {th:.2f}", by_similarity(th, bigger)))
     for th in (0.5, 0.6, 0.7, 0.8, 0.9):
         rules.append((f"cascade: large when small's confidence < {th:.1f}", cascade(th)))

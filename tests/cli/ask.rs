@@ -570,3 +570,50 @@ fn a_batch_in_one_sequence_answers_as_one_shot_asks_do() {
         }
     }
 }
+
+/// `--model auto` says in `--json` which generator answered and why, and follows its rule
+/// (`ask::route`): the large model when the best span is a weak match (cosine similarity
+/// below 0.70), the small one for a strong match.
+#[test]
+fn auto_routes_by_retrieval_similarity_and_says_why_in_json() {
+    let p = Project::with_docs();
+    let fact = "Zymurgy is the branch of applied chemistry that studies fermentation in brewing.";
+    p.doc("zymurgy.txt", format!("{fact}\n"));
+    p.ingest();
+    let large = repo().join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf");
+    let large = large.to_string_lossy();
+    let env = [
+        ("RAG_LLM_LARGE_MODEL", large.as_ref()),
+        ("RAG_LLM_MAX_TOKENS", "4"),
+    ];
+    // The fact word for word (a chunk's own text: similarity near 1), and a question the
+    // lighthouse page only half answers.
+    let mut routes = Vec::new();
+    for q in [fact, "Which tools does a lighthouse keeper carry?"] {
+        let (code, out, err) = p.run_env(&env, &["ask", "--json", "-k", "2", "--model", "auto", q]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+        let sim = v["best_similarity"].as_f64().expect("a similarity");
+        let want = if sim < 0.70 { "large" } else { "small" };
+        assert_eq!(v["model"]["model"], want, "{v}");
+        let reason = v["model"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("auto: ") && reason.contains(&format!("{sim:.2}")),
+            "the reason names the rule and the similarity: {reason}"
+        );
+        let file = if want == "large" {
+            "Qwen2.5-Coder-1.5B"
+        } else {
+            "SmolLM2-135M"
+        };
+        assert!(
+            v["model"]["path"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(file),
+            "{v}"
+        );
+        routes.push(want);
+    }
+    assert_eq!(routes, ["small", "large"], "both routes taken");
+}
