@@ -49,6 +49,20 @@ pub struct AnnPolicy {
     pub kind: crate::config::AnnType,
 }
 
+/// What a search reads back: the columns a [`Hit`] is made of, and `score`, the column of
+/// the search's own score (`_distance` or `_score`).
+fn hit_columns(score: &str) -> Select {
+    Select::columns(&[
+        "id",
+        "path",
+        "heading",
+        "line_start",
+        "line_end",
+        "text",
+        score,
+    ])
+}
+
 impl Store {
     /// Brings the full-text index up to date with the table: created on first use, then
     /// extended with new rows (deleted rows are masked without it).
@@ -99,15 +113,7 @@ impl Store {
             .nearest_to(vector)?
             .distance_type(DistanceType::Cosine)
             .limit(k)
-            .select(Select::columns(&[
-                "id",
-                "path",
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-                "_distance",
-            ]));
+            .select(hit_columns("_distance"));
         match (&self.ann, self.search.exact) {
             (Some(kind), false) => {
                 q = q.nprobes(self.search.nprobes)?;
@@ -199,15 +205,7 @@ impl Store {
             .query()
             .full_text_search(FullTextSearchQuery::new(query.to_string()))
             .limit(k)
-            .select(Select::columns(&[
-                "id",
-                "path",
-                "heading",
-                "line_start",
-                "line_end",
-                "text",
-                "_score",
-            ]));
+            .select(hit_columns("_score"));
         if let Some(f) = filter {
             q = q.only_if(f);
         }
