@@ -40,22 +40,42 @@ fn make(target: &str, prefix: &Path, data: &Path, home: &Path) -> std::process::
         .unwrap()
 }
 
-#[test]
-fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (prefix, data, home, work) = (
-        tmp.path().join("prefix"),
-        tmp.path().join("data"),
-        tmp.path().join("home"),
-        tmp.path().join("work"),
-    );
-    for d in [&home, &work] {
-        std::fs::create_dir_all(d).unwrap();
+/// The places of one install: PREFIX, the user data folder, HOME and a work folder.
+struct Places {
+    prefix: PathBuf,
+    data: PathBuf,
+    home: PathBuf,
+    work: PathBuf,
+}
+
+impl Places {
+    fn make(&self, target: &str) -> std::process::Output {
+        make(target, &self.prefix, &self.data, &self.home)
     }
-    let out = make("install", &prefix, &data, &home);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let installed = files(&prefix);
+
+    /// The installed rag in the work folder, with nothing of this process's environment but
+    /// PATH, HOME and XDG_DATA_HOME: exit code, stdout, stderr.
+    fn rag(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(self.prefix.join("bin/rag"))
+            .current_dir(&self.work)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("XDG_DATA_HOME", &self.data)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// The binary, man pages, completions and models are where `make install` says.
+fn check_installed(p: &Places) {
+    let installed = files(&p.prefix);
     for want in [
         "bin/rag",
         "share/man/man1/rag.1",
@@ -69,32 +89,19 @@ fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_noth
             "{want}: {installed:?}"
         );
     }
-    let models = data.join("rag/models");
+    let models = p.data.join("rag/models");
     assert!(models.join("SmolLM2-135M-Instruct.Q4_1.gguf").is_file());
     assert!(models.join("minilm/tokenizer.json").is_file());
+}
 
-    // A folder nobody configured: no rag.toml here or above (a temporary folder), no
-    // models/ beside it. The installed binary finds the models in the data folder.
-    copy_dir(&repo().join("fixtures/docs"), &work.join("docs"));
-    let rag = |args: &[&str]| {
-        let out = Command::new(prefix.join("bin/rag"))
-            .current_dir(&work)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("XDG_DATA_HOME", &data)
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (code, _, err) = rag(&["ingest", "docs"]);
+/// A folder nobody configured: no rag.toml here or above (a temporary folder), no models/
+/// beside it. The installed binary finds the models in the data folder.
+fn check_works_from_any_folder(p: &Places) {
+    let models = p.data.join("rag/models");
+    copy_dir(&repo().join("fixtures/docs"), &p.work.join("docs"));
+    let (code, _, err) = p.rag(&["ingest", "docs"]);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = rag(&["ask", "--json", "How long should bread dough rise?"]);
+    let (code, out, err) = p.rag(&["ask", "--json", "How long should bread dough rise?"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(
@@ -105,33 +112,60 @@ fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_noth
         "the generator came from the data folder: {v}"
     );
     assert!(!v["answer"].as_str().unwrap().is_empty(), "{v}");
-    let (code, out, err) = rag(&["doctor"]);
+    let (code, out, err) = p.rag(&["doctor"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains(models.to_str().unwrap()),
         "doctor says where: {out}"
     );
+}
 
-    let out = make("uninstall", &prefix, &data, &home);
+/// `make uninstall` removes every file and folder the install made, and again is no error.
+fn check_uninstalled(p: &Places) {
+    let out = p.make("uninstall");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        files(&prefix),
+        files(&p.prefix),
         Vec::<PathBuf>::new(),
         "nothing left under PREFIX"
     );
-    assert_eq!(files(&data), Vec::<PathBuf>::new(), "no model left behind");
+    assert_eq!(
+        files(&p.data),
+        Vec::<PathBuf>::new(),
+        "no model left behind"
+    );
     assert!(
-        !data.join("rag").exists(),
+        !p.data.join("rag").exists(),
         "the folders it made are gone too"
     );
     assert!(
-        !prefix.exists(),
+        !p.prefix.exists(),
         "PREFIX did not exist before the install, so it goes too"
     );
     // Uninstalling again is not an error: there is nothing to remove.
-    assert!(make("uninstall", &prefix, &data, &home).status.success());
+    assert!(p.make("uninstall").status.success());
+}
+
+#[test]
+fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = Places {
+        prefix: tmp.path().join("prefix"),
+        data: tmp.path().join("data"),
+        home: tmp.path().join("home"),
+        work: tmp.path().join("work"),
+    };
+    for d in [&p.home, &p.work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let out = p.make("install");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    check_installed(&p);
+    check_works_from_any_folder(&p);
+    check_uninstalled(&p);
 }
