@@ -7,10 +7,20 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 RAG := $(TARGET_DIR)/release/rag
 QUESTION ?= What does the KV cache store?
 
+# ggml built for this CPU: scripts/ggml-flags.sh prints AVX-512 and weight repacking off where
+# the CPU has AVX-512 (2x the prefill of the portable build here, docs/benchmarks.md), and
+# every recipe below hands them to cargo. A plain `cargo` call needs the same variables, or
+# llama.cpp is rebuilt: `export $$(scripts/ggml-flags.sh)`. `make build PORTABLE=1` builds a
+# binary for any x86-64 CPU with AVX2. `setup` and `lint` run `scripts/ggml-flags.sh --sync`: a target
+# folder whose llama.cpp was configured with other options rebuilds it (llama-cpp-sys-2
+# alone would keep the old one).
+$(foreach kv,$(shell PORTABLE=$(PORTABLE) scripts/ggml-flags.sh),$(eval export $(kv)))
+
 .PHONY: setup build demo test test-remote stress bench eval man lint install uninstall
 
 setup:
 	scripts/setup.sh $(SETUP_FLAGS)
+	PORTABLE=$(PORTABLE) scripts/ggml-flags.sh --sync $(TARGET_DIR)
 
 # The tests answer with all three generators (speculative decoding is checked byte for byte
 # on the large one, with the medium one as its draft), so they fetch them all, and drive the
@@ -36,6 +46,7 @@ test: setup
 # Clippy over every target, warnings as errors. Its first run checks every dependency
 # (about 15 minutes on 2 cores); later runs take seconds.
 lint:
+	PORTABLE=$(PORTABLE) scripts/ggml-flags.sh --sync $(TARGET_DIR)
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
 
 # The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25), the

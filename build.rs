@@ -1,5 +1,7 @@
-//! Records the llama.cpp build (the llama-cpp-sys-2 version in Cargo.lock) so the prompt
-//! cache can refuse KV state files written by another llama.cpp.
+//! Records the llama.cpp build (the llama-cpp-sys-2 version in Cargo.lock, and the ggml options
+//! the Makefile hands it for this CPU: scripts/ggml-flags.sh) so the prompt cache can refuse KV
+//! state files written by another llama.cpp: other kernels round differently, and a reused
+//! prefix must give the answer a fresh prefill gives.
 
 fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
@@ -17,7 +19,27 @@ fn main() {
             break;
         }
     }
+    // The options llama-cpp-sys-2 forwards to CMake that change ggml's kernels.
+    let mut options = Vec::new();
+    for name in [
+        "GGML_AVX512",
+        "GGML_AVX512_VNNI",
+        "GGML_AVX512_VBMI",
+        "GGML_AVX512_BF16",
+        "GGML_CPU_REPACK",
+        "GGML_LLAMAFILE",
+    ] {
+        println!("cargo:rerun-if-env-changed={name}");
+        if let Ok(value) = std::env::var(name) {
+            options.push(format!("{name}={value}"));
+        }
+    }
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", options.join(", "))
+    };
     // Not RAG_*: cargo also sets this in the environment of `cargo test` runs, and rag
     // refuses RAG_* variables it does not know.
-    println!("cargo:rustc-env=BUILD_LLAMA_CPP_SYS=llama-cpp-sys-2 {version}");
+    println!("cargo:rustc-env=BUILD_LLAMA_CPP_SYS=llama-cpp-sys-2 {version}{options}");
 }

@@ -3,7 +3,9 @@
 # links, and prints the folder that holds them. scripts/bench_format.sh uses them to compare
 # rag's prefill and decode with llama-bench on one GGUF file, and to requantize the 1.5B.
 #
-#   scripts/llama-tools.sh            # ggml compiled as rag compiles it (GGML_NATIVE=OFF)
+#   scripts/llama-tools.sh            # ggml compiled as rag compiles it here (the options
+#                                     # scripts/ggml-flags.sh prints for this CPU)
+#   scripts/llama-tools.sh portable   # ggml for any x86-64 with AVX2 (PORTABLE=1 builds)
 #   scripts/llama-tools.sh native     # ggml compiled for this CPU (llama.cpp's own default)
 #
 # The kernels, llama and common libraries come from the tree llama-cpp-sys-2 vendors (found
@@ -11,18 +13,24 @@
 # without their sources, so the two tools' sources are grafted from llama-cpp-python's
 # source distribution, fetched from PyPI by pip by package name (a user's pip mirror and
 # proxy apply). rag's build leaves GGML_NATIVE off (llama-cpp-sys-2 turns it on only with
-# -C target-cpu=native), which gives ggml's portable x86-64 set: AVX2, FMA, F16C, no AVX-512;
-# the `native` flavour shows what a CPU-specific build adds on this machine.
+# -C target-cpu=native), which gives ggml's portable x86-64 set: AVX2, FMA, F16C, no AVX-512,
+# plus what scripts/ggml-flags.sh adds for this CPU; the `native` flavour is llama.cpp's own
+# CPU-specific build.
 set -euo pipefail
 
 sdist_version=0.3.36
 flavour=${1:-rag}
-case $flavour in
-  rag) native=OFF ;;
-  native) native=ON ;;
-  *) echo "llama-tools: unknown flavour '$flavour' (use rag or native)" >&2; exit 2 ;;
-esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+extra=()
+case $flavour in
+  rag) native=OFF; mapfile -t opts < <("$root/scripts/ggml-flags.sh")
+    for o in "${opts[@]}"; do extra+=("-D$o"); done
+    # The folder names the options, so a build for other options is not taken for this one.
+    [ ${#opts[@]} -eq 0 ] || flavour=rag-$(printf '%s\n' "${opts[@]}" | md5sum | cut -c1-8) ;;
+  portable) native=OFF ;;
+  native) native=ON ;;
+  *) echo "llama-tools: unknown flavour '$flavour' (use rag, portable or native)" >&2; exit 2 ;;
+esac
 home=${RAG_CACHE:-$HOME/.cache/rag}/llama-tools
 say() { echo "llama-tools: $*" >&2; }
 command -v cmake >/dev/null || { say "cmake is missing: run scripts/setup.sh first"; exit 1; }
@@ -66,7 +74,7 @@ say "building llama-bench and llama-quantize on $version's llama.cpp ($flavour) 
 cmake -S "$src" -B "$out/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=$native \
   -DGGML_OPENMP=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON \
-  -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF >"$out.log" 2>&1 \
+  -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF "${extra[@]}" >"$out.log" 2>&1 \
   || { say "cmake configure failed: see $out.log"; exit 1; }
 cmake --build "$out/build" --target llama-bench llama-quantize -j "${JOBS:-$(nproc)}" >>"$out.log" 2>&1 \
   || { say "build failed: see $out.log"; exit 1; }
