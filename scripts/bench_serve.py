@@ -22,6 +22,9 @@ rag, proj, qfile, out = sys.argv[1:5]
 # The `question:` lines of the eval file (plain one-line strings there; no YAML library needed).
 questions = [l.split("question:", 1)[1].strip().strip('"') for l in open(qfile) if l.strip().startswith("question:")]
 env = dict(os.environ)
+# SERVE_QUESTIONS=N keeps the first N questions; RAG_LLM_ROUTE picks the generator for all parts.
+questions = questions[: int(os.environ.get("SERVE_QUESTIONS", len(questions)))]
+model = env.get("RAG_LLM_ROUTE", "small")
 
 
 def run(args, **kw):
@@ -89,18 +92,24 @@ def batch_part():
     t = time.perf_counter()
     seq = [json.loads(run(["ask", "--json", q]).stdout) for q in questions]
     t_seq = time.perf_counter() - t
-    clear_cache()
-    t = time.perf_counter()
-    batch_out = run(["ask", "--batch", "-"], input="\n".join(questions).encode()).stdout
-    t_batch = time.perf_counter() - t
-    batch = [json.loads(l) for l in batch_out.decode().splitlines()]
-    same = sum(a.get("answer") == b.get("answer") for a, b in zip(seq, batch))
-    s, b = sums(seq), sums(batch)
-    res["batch"] = {"sequential_s": t_seq, "batch_s": t_batch, "sequential": s, "batch": b, "same_answers": same}
-    # Batched decodes overlap, so their per-answer decode times do not add up to wall time:
-    # the batch side is split into retrieval, prefill (one prompt at a time) and the rest.
-    b_rest = t_batch - (b["retrieval_ms"] + b["prefill_ms"]) / 1e3
-    rows.append(f"| {len(questions)} questions (eval/corpus.yaml), small model | {len(questions)} `rag ask` processes {t_seq:.1f} s ({where(s, t_seq)}) · `rag ask --batch` {t_batch:.1f} s (retrieval {b['retrieval_ms'] / 1e3:.1f} s, prefill {b['prefill_ms'] / 1e3:.1f} s, batched decode, load and the rest {b_rest:.1f} s): {t_seq / t_batch:.2f}×; {same} of {len(questions)} answers identical |")
+    s = sums(seq)
+    res["batch"] = {"sequential_s": t_seq, "sequential": s, "batch": {}}
+    # BATCH_PARALLEL="1 4": one batch run per llm.parallel, so the batched decode's own gain
+    # (4 against 1 sequence per step) shows apart from the start-up a batch saves.
+    for par in os.environ.get("BATCH_PARALLEL", env.get("RAG_LLM_PARALLEL", "4")).split():
+        env["RAG_LLM_PARALLEL"] = par
+        clear_cache()
+        t = time.perf_counter()
+        batch_out = run(["ask", "--batch", "-"], input="\n".join(questions).encode()).stdout
+        t_batch = time.perf_counter() - t
+        batch = [json.loads(l) for l in batch_out.decode().splitlines()]
+        same = sum(a.get("answer") == b.get("answer") for a, b in zip(seq, batch))
+        b = sums(batch)
+        res["batch"]["batch"][par] = {"batch_s": t_batch, "totals": b, "same_answers": same}
+        # Batched decodes overlap, so their per-answer decode times do not add up to wall time:
+        # the batch side is split into retrieval, prefill (one prompt at a time) and the rest.
+        b_rest = t_batch - (b["retrieval_ms"] + b["prefill_ms"]) / 1e3
+        rows.append(f"| {len(questions)} questions, {model} model | {len(questions)} `rag ask` processes {t_seq:.1f} s ({where(s, t_seq)}) · `rag ask --batch`, llm.parallel {par}: {t_batch:.1f} s (retrieval {b['retrieval_ms'] / 1e3:.1f} s, prefill {b['prefill_ms'] / 1e3:.1f} s, batched decode of {b['generated_tokens']} tokens, load and the rest {b_rest:.1f} s): {t_seq / t_batch:.2f}×; {same} of {len(questions)} answers identical |")
 
 
 def concurrency_part():
@@ -133,7 +142,7 @@ def concurrency_part():
     server.terminate(); server.wait()
     res["concurrency"] = {"one": one_stream, "eight": eight_clients}
     rows.append(
-        f"| 8 clients at once through `rag serve` vs one after another | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
+        f"| 8 clients at once through `rag serve` vs one after another, {model} model | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
         f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
         f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms |")
 
