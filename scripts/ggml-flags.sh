@@ -11,8 +11,8 @@
 # GGML_NATIVE off and ggml gets AVX2, FMA and F16C at most. On a CPU with AVX-512 that leaves
 # most of prefill's arithmetic unused: for the 1.5B on this project's 2-core Xeon, llama.cpp
 # prefills 800 tokens at 66 tok/s with the portable build and 131 with AVX-512 and
-# weight repacking off (the repacked Q4_K kernels have no AVX-512 path and are slower there
-# than ggml's AVX-512 dot products; docs/benchmarks.md has the table).
+# weight repacking off (with AVX-512, llama.cpp's repacked Q4_K kernels are slower here than
+# ggml's plain dot products: 83 against 129 tok/s; docs/benchmarks.md has the table).
 #
 # The binary then runs only on CPUs with these extensions: PORTABLE=1 prints nothing, for a
 # build meant for other machines (not RAG_*: rag refuses RAG_* variables it does not know,
