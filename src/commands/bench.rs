@@ -25,7 +25,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &Ui) -> Result<Exit> {
-    let llm = Llm::load(&settings.llm.model, false)?;
+    // `--model medium|large` names a route: bench the file it answers with (`auto` starts
+    // with the small one), not `llm.model` whatever the route.
+    let tier = crate::engine::fixed_tier(settings.llm.route);
+    let path = settings.generator(tier).1;
+    let llm = Llm::load(path, false)?;
     let t = threads(settings.llm.threads);
     let params = ContextParams {
         n_ctx: (n_prompt + n_gen as usize + 16) as u32,
@@ -62,7 +66,7 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
         }
     }
     ui.json(&serde_json::json!({
-        "model": settings.llm.model,
+        "model": path,
         "threads": t,
         "n_prompt": n_prompt,
         "n_gen": n_gen,
