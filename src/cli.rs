@@ -256,7 +256,7 @@ pub struct EvalArgs {
 
 #[derive(Debug, Args)]
 pub struct RetrievalArgs {
-    /// Number of chunks to retrieve
+    /// Number of chunks to retrieve (and to give any generator)
     #[arg(short = 'k', long = "top-k", value_name = "N")]
     pub top_k: Option<usize>,
     /// Retriever: vector + full-text fused (hybrid), or one of them
@@ -277,7 +277,9 @@ pub struct RetrievalArgs {
 impl RetrievalArgs {
     /// The settings these flags set (the path glob and SQL filter are per query, not settings).
     pub fn apply(&self, r: &mut crate::config::RetrievalFlags) {
+        // Asked for on the command line, it is what every route reads.
         r.top_k = self.top_k;
+        r.large_top_k = self.top_k;
         r.mode = self.mode;
         r.exact = self.exact.then_some(true);
     }

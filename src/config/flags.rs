@@ -34,6 +34,7 @@ pub struct EmbedFlags {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct RetrievalFlags {
     pub top_k: Option<usize>,
+    pub large_top_k: Option<usize>,
     pub mode: Option<Mode>,
     pub exact: Option<bool>,
 }

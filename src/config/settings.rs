@@ -164,6 +164,10 @@ pub struct ChunkSettings {
 pub struct RetrievalSettings {
     /// Chunks handed to the prompt.
     pub top_k: usize,
+    /// Chunks the large generator reads, at most (0 = `top_k`): the 1.5B keeps its keywords
+    /// with the best 3 and prefills a third fewer tokens (docs/quality.md). `--top-k` sets
+    /// both.
+    pub large_top_k: usize,
     /// hybrid | vector | text
     pub mode: Mode,
     /// Reciprocal rank fusion constant: score = w / (rrf_k + rank).
@@ -375,6 +379,7 @@ impl Default for RetrievalSettings {
     fn default() -> Self {
         RetrievalSettings {
             top_k: 5,
+            large_top_k: 3,
             mode: Mode::Hybrid,
             rrf_k: 60.0,
             vector_weight: 1.0,

@@ -163,6 +163,7 @@ fn every_flag_is_a_typed_settings_key() {
         },
         retrieval: RetrievalFlags {
             top_k: Some(4),
+            large_top_k: Some(4),
             mode: Some(Mode::Text),
             exact: Some(true),
         },
@@ -182,13 +183,14 @@ fn every_flag_is_a_typed_settings_key() {
         },
     };
     let set = leaves(&flags.layer().unwrap());
-    assert_eq!(set.len(), 15, "every field set: {set:?}");
+    assert_eq!(set.len(), 16, "every field set: {set:?}");
     let s = run(None, &[], flags).unwrap();
     for k in &set {
         assert_eq!(s.sources[k], Source::Flag, "{k}");
     }
     assert!(s.index.dir.is_absolute() && s.index.dir.ends_with("idx"));
     assert_eq!((s.embed.batch_size, s.retrieval.top_k), (3, 4));
+    assert_eq!(s.retrieval.large_top_k, 4);
     assert_eq!((s.retrieval.mode, s.retrieval.exact), (Mode::Text, true));
     assert_eq!(
         (s.llm.route, s.llm.model.clone()),

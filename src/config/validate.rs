@@ -100,7 +100,7 @@ impl Settings {
 
     /// Each integer setting with its value and valid range (`llm.repeat_last_n` shifted by
     /// one, so its -1 fits).
-    fn int_ranges(&self) -> [(&'static str, u64, u64, u64); 21] {
+    fn int_ranges(&self) -> [(&'static str, u64, u64, u64); 22] {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
         [
             (
@@ -129,6 +129,7 @@ impl Settings {
             ),
             ("serve.io_timeout_s", self.serve.io_timeout_s, 1, 3_600),
             ("retrieval.top_k", r.top_k as u64, 1, 1_000),
+            ("retrieval.large_top_k", r.large_top_k as u64, 0, 1_000),
             ("retrieval.candidates", r.candidates as u64, 1, 100_000),
             ("retrieval.neighbors", r.neighbors as u64, 0, 1_000),
             ("retrieval.compress", r.compress as u64, 0, 10_000),

@@ -63,7 +63,8 @@ impl<'e> Chat<'e> {
             Ok(r) => r,
             Err(abstention) => return Ok(abstention),
         };
-        let ranked = engine.shape(question, &r.ranked)?;
+        let tier = super::fixed_tier(engine.settings.llm.route);
+        let ranked = engine.shape(question, engine.readable(tier, &r.ranked))?;
         let prep = self.pack(question, &ranked)?;
         let sources = super::announce(&prep, r.so_far.timings.retrieval_ms, on)?;
         let loaded = engine.loaded(self.model);

@@ -175,7 +175,7 @@ impl Answerer {
         let route = route::route(s.route, best, installed);
         tracing::info!(model = route.model.name(), reason = %route.reason, "routed");
         let model = self.model(route.model)?;
-        let ranked = self.shape(question, ranked)?;
+        let ranked = self.shape(question, self.readable(route.model, ranked))?;
         let gen = self.loaded(model);
         let (params, reserve) = self.window(gen)?;
         let n_ctx = params.n_ctx as usize;
@@ -191,6 +191,17 @@ impl Answerer {
             packed,
             best_similarity: best,
         })
+    }
+
+    /// The best of `ranked` that generator `tier` reads: all of them but for the large one,
+    /// which reads at most `retrieval.large_top_k` (a third fewer prompt tokens to prefill at
+    /// the same keywords, docs/quality.md).
+    fn readable<'r>(&self, tier: Tier, ranked: &'r [Ranked]) -> &'r [Ranked] {
+        let cap = self.settings.retrieval.large_top_k;
+        match tier {
+            Tier::Large if cap > 0 => &ranked[..ranked.len().min(cap)],
+            _ => ranked,
+        }
     }
 
     /// The prompt's instructions and source order, from the settings.

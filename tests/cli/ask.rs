@@ -617,3 +617,59 @@ fn auto_routes_by_retrieval_similarity_and_says_why_in_json() {
     }
     assert_eq!(routes, ["small", "large"], "both routes taken");
 }
+
+/// The large generator reads the best `retrieval.large_top_k` spans (3 by default) where the
+/// others read `top_k`; `--top-k` is what every route reads, and 0 turns the cap off.
+#[test]
+fn the_large_route_reads_fewer_sources_unless_top_k_is_given() {
+    let p = Project::with_docs();
+    p.ingest();
+    let large = repo().join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf");
+    let large = large.to_string_lossy();
+    let sources = |env: &[(&str, &str)], args: &[&str]| {
+        let mut all = vec!["ask", "--dry-run"];
+        all.extend_from_slice(args);
+        all.push("How does the lighthouse lamp rotate?");
+        let mut with = vec![("RAG_LLM_LARGE_MODEL", large.as_ref())];
+        with.extend_from_slice(env);
+        let (code, out, err) = p.run_env(&with, &all);
+        assert_eq!(code, 0, "{err}");
+        out.matches("<source id=\"S").count()
+    };
+    let small = sources(&[], &["--model", "small"]);
+    assert!(small > 3, "the docs give more than 3 spans: {small}");
+    assert_eq!(sources(&[], &["--model", "large"]), 3);
+    assert_eq!(sources(&[], &["--model", "large", "-k", "4"]), 4);
+    let off = [("RAG_RETRIEVAL_LARGE_TOP_K", "0")];
+    assert_eq!(sources(&off, &["--model", "large"]), small);
+    let two = [("RAG_RETRIEVAL_LARGE_TOP_K", "2")];
+    assert_eq!(sources(&two, &["--model", "large"]), 2);
+}
+
+/// `rag bench-llm --model large` measures the large generator's file, not `llm.model`.
+#[test]
+fn bench_llm_measures_the_generator_the_route_names() {
+    let p = Project::with_docs();
+    let large = repo().join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf");
+    let large = large.to_string_lossy();
+    let env = [("RAG_LLM_LARGE_MODEL", large.as_ref())];
+    for (route, file) in [("small", "SmolLM2-135M"), ("large", "Qwen2.5-Coder-1.5B")] {
+        let args = [
+            "bench-llm",
+            "-p",
+            "8",
+            "-n",
+            "2",
+            "-r",
+            "1",
+            "--model",
+            route,
+        ];
+        let (code, out, err) = p.run_env(&env, &args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("JSON");
+        let model = v["model"].as_str().unwrap_or_default();
+        assert!(model.contains(file), "--model {route}: {v}");
+        assert!(v["prefill_tok_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+    }
+}
