@@ -10,7 +10,8 @@ Usage: bench_serve.py RAG PROJECT QUESTIONS.yaml OUT.json
    process per question, the prompt cache emptied before each, with where the time goes.
 3. concurrency: 8 clients asking at once through `rag serve` against the same 8 questions
    asked one after another by one client (prompt cache off, so neither pass reuses the
-   other's prompts): generated tokens per second, latency and TTFT.
+   other's prompts): generated tokens per second, latency and TTFT. SERVE_PARALLEL="1 4"
+   runs it once per llm.parallel (1: one answer at a time; more: batched in one context).
 4. load: for 2 minutes, 6 clients ask without pause against a queue of 2 (serve.queue):
    every request must end in 200 or 503 (with Retry-After), none in an error or a hang.
 SERVE_PARTS=search,batch,concurrency,load chooses parts. Run it on a quiet machine:
@@ -113,8 +114,13 @@ def batch_part():
 
 
 def concurrency_part():
+    for par in os.environ.get("SERVE_PARALLEL", env.get("RAG_LLM_PARALLEL", "4")).split():
+        concurrency_at(par)
+
+
+def concurrency_at(par):
     # The prompt cache off: the second pass would otherwise find every prompt cached by the first.
-    server, addr = start_server({"RAG_LLM_PROMPT_CACHE_MB": "0"})
+    server, addr = start_server({"RAG_LLM_PROMPT_CACHE_MB": "0", "RAG_LLM_PARALLEL": par})
     eight = questions[:8]
     post(addr, "/v1/ask", {"question": eight[0]})  # warm-up: the model's pages
 
@@ -136,15 +142,23 @@ def concurrency_part():
         toks = sum(a["timings"]["generated_tokens"] for a, _ in results)
         lat = sorted(l for _, l in results)
         ttft = sorted(a["timings"]["ttft_ms"] for a, _ in results)
-        return {"wall_s": wall, "tok_per_s": toks / wall, "latency_s": lat, "ttft_ms": ttft}
+        # Prefill is computed one prompt at a time either way; what batching can change is
+        # the rest of the wall time, the decode steps.
+        prefill_s = sum(a["timings"]["prefill_ms"] for a, _ in results) / 1e3
+        return {"wall_s": wall, "tok_per_s": toks / wall, "tokens": toks, "prefill_s": prefill_s, "decode_tok_per_s": toks / max(wall - prefill_s, 1e-3),
+                "latency_s": lat, "ttft_ms": ttft, "answers": [a["answer"] for a, _ in results]}
     one_stream = ask_all(False)
     eight_clients = ask_all(True)
     server.terminate(); server.wait()
-    res["concurrency"] = {"one": one_stream, "eight": eight_clients}
+    res.setdefault("concurrency", {})[par] = {"one": one_stream, "eight": eight_clients}
+    same = sum(a == b for a, b in zip(one_stream["answers"], eight_clients["answers"]))
     rows.append(
-        f"| 8 clients at once through `rag serve` vs one after another, {model} model | {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} generated tok/s "
-        f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
-        f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms |")
+        f"| 8 clients at once through `rag serve` vs one after another, {model} model, llm.parallel {par} | {eight_clients['wall_s']:.1f} s vs {one_stream['wall_s']:.1f} s; "
+        f"{eight_clients['tokens']} vs {one_stream['tokens']} tokens generated, {eight_clients['tok_per_s']:.1f} vs {one_stream['tok_per_s']:.1f} tok/s of wall time "
+        f"({eight_clients['tok_per_s'] / one_stream['tok_per_s']:.2f}×); prefill {eight_clients['prefill_s']:.1f} vs {one_stream['prefill_s']:.1f} s; "
+        f"outside prefill {eight_clients['decode_tok_per_s']:.1f} vs {one_stream['decode_tok_per_s']:.1f} tok/s "
+        f"({eight_clients['decode_tok_per_s'] / one_stream['decode_tok_per_s']:.2f}×); request latency p50 {p(eight_clients['latency_s'], .5):.1f} s, p95 {p(eight_clients['latency_s'], .95):.1f} s "
+        f"(one at a time: {p(one_stream['latency_s'], .5):.1f} s); TTFT after admission p50 {p(eight_clients['ttft_ms'], .5):.0f} ms; {same} of 8 answers identical |")
 
 
 def load_part(seconds=120, clients=6, queue=2):

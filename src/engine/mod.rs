@@ -9,7 +9,9 @@ mod batch;
 mod chat;
 mod draft;
 mod generate;
+mod shared;
 pub use chat::Chat;
+pub use shared::{batcher, Batcher};
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -56,6 +58,16 @@ pub struct Answerer {
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
+}
+
+/// How an answer on a local generator is generated.
+pub enum Generation<'b> {
+    /// In a context of its own, with the prompt cache when `cache` (and drafts when
+    /// `llm.speculative` asks): what `ask` and `chat` do.
+    Alone { cache: bool },
+    /// On the generation thread that batches concurrent answers ([`Answerer::run_batches`]):
+    /// what `rag serve` does when `llm.parallel` > 1.
+    Shared(&'b Batcher),
 }
 
 /// Retrieval that did not abstain.
@@ -274,7 +286,7 @@ impl Answerer {
         cache: bool,
         on: On<'_>,
     ) -> Result<Answer> {
-        self.answer_admitted(q, question, cache, || Ok(()), on)
+        self.answer_admitted(q, question, Generation::Alone { cache }, || Ok(()), on)
     }
 
     /// [`Answerer::answer_with_question`] where generation waits for `admit` (a server's
@@ -285,7 +297,7 @@ impl Answerer {
         &self,
         q: &Query,
         question: &str,
-        cache: bool,
+        how: Generation<'_>,
         admit: impl FnOnce() -> Result<G>,
         on: On<'_>,
     ) -> Result<Answer> {
@@ -296,7 +308,16 @@ impl Answerer {
         let _admitted = admit()?;
         let prep = self.prepare(question, &r.ranked)?;
         let sources = announce(&prep, r.so_far.timings.retrieval_ms, on)?;
-        self.generate(question, prep, sources, r.so_far, cache, on)
+        let local = self.loaded(prep.model).local().is_some();
+        match how {
+            Generation::Shared(b) if local => {
+                self.generate_batched(b, question, prep, sources, r.so_far, on)
+            }
+            Generation::Shared(_) => self.generate(question, prep, sources, r.so_far, true, on),
+            Generation::Alone { cache } => {
+                self.generate(question, prep, sources, r.so_far, cache, on)
+            }
+        }
     }
 
     /// Retrieves for `q` and applies rag's abstention check: the ranked spans and the

@@ -65,6 +65,32 @@ impl Slot<'_> {
     }
 }
 
+/// Where a batch loop takes its prompts and leaves its answers: a list known up front
+/// (`ask --batch`) or requests arriving while others generate (`rag serve`).
+pub trait Jobs<'a> {
+    /// The next job to start and its id, if one is there. `wait` is true when no answer is
+    /// running: block until one comes; `None` then ends the loop.
+    fn next(&mut self, wait: bool) -> Option<(usize, Job<'a>)>;
+    /// Job `id` is over: its figures, or why it could not run.
+    fn done(&mut self, id: usize, result: Result<Done>);
+}
+
+/// A list of jobs known up front; their results in the list's order.
+struct Listed<'a> {
+    pending: VecDeque<(usize, Job<'a>)>,
+    results: Vec<Option<Result<Done>>>,
+}
+
+impl<'a> Jobs<'a> for Listed<'a> {
+    fn next(&mut self, _wait: bool) -> Option<(usize, Job<'a>)> {
+        self.pending.pop_front()
+    }
+
+    fn done(&mut self, id: usize, result: Result<Done>) {
+        self.results[id] = Some(result);
+    }
+}
+
 impl Llm {
     /// Generates an answer for every job, up to `parallel` at a time in one context of
     /// `parallel` sequences of `p.n_ctx` tokens each; results in the jobs' order. A job whose
@@ -78,19 +104,37 @@ impl Llm {
         jobs: Vec<Job<'_>>,
     ) -> Result<Vec<Result<Done>>> {
         let n = jobs.len();
-        let n_seq = parallel.clamp(1, n.max(1));
-        let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq)?;
-        let mut pending: VecDeque<(usize, Job)> = jobs.into_iter().enumerate().collect();
-        let mut results: Vec<Option<Result<Done>>> = (0..n).map(|_| None).collect();
-        let mut free: Vec<i32> = (0..n_seq as i32).rev().collect();
+        let mut listed = Listed {
+            pending: jobs.into_iter().enumerate().collect(),
+            results: (0..n).map(|_| None).collect(),
+        };
+        self.generate_jobs(p, parallel.clamp(1, n.max(1)), s, &mut listed)?;
+        Ok(listed.results.into_iter().map(generated).collect())
+    }
+
+    /// Continuous batching over `jobs` in one context of `n_seq` sequences: a job starts as
+    /// soon as a sequence is free, every decode step advances all running answers, and the
+    /// loop ends when nothing runs and `jobs` has no more. An error of the shared context
+    /// ends it at once; the jobs still running then get no `done`.
+    pub fn generate_jobs<'a>(
+        &self,
+        p: &ContextParams,
+        n_seq: usize,
+        s: &Sampling,
+        jobs: &mut dyn Jobs<'a>,
+    ) -> Result<()> {
+        let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq.max(1))?;
+        let mut free: Vec<i32> = (0..n_seq.max(1) as i32).rev().collect();
         // Each running slot with the token sampled for it and not yet processed.
         let mut running: Vec<(Slot, LlamaToken)> = Vec::new();
         let mut batch = LlamaBatch::new(n_batch, 1);
         loop {
-            while let (Some(_), false) = (free.last(), pending.is_empty()) {
+            while !free.is_empty() {
+                let Some((id, j)) = jobs.next(running.is_empty()) else {
+                    break;
+                };
                 let seq = free.pop().expect("checked");
-                let (job, j) = pending.pop_front().expect("checked");
-                match self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, job, j, s) {
+                match self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, id, j, s) {
                     Ok(mut slot) => {
                         let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
                         running.push((slot, first));
@@ -99,12 +143,12 @@ impl Llm {
                         // The sequence is free again for the next job, empty.
                         let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
                         free.push(seq);
-                        results[job] = Some(Err(e));
+                        jobs.done(id, Err(e));
                     }
                 }
             }
             if running.is_empty() {
-                break;
+                return Ok(());
             }
             // Handle each sampled token; the answers that go on decode together.
             batch.clear();
@@ -115,7 +159,7 @@ impl Llm {
                         free.push(slot.seq);
                         let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
                         let job = slot.job;
-                        results[job] = Some(Ok(slot.finish(stop)));
+                        jobs.done(job, Ok(slot.finish(stop)));
                     }
                     None => {
                         batch.add(token, slot.pos as i32, &[slot.seq], true)?;
@@ -128,7 +172,6 @@ impl Llm {
                 self.decode_next(&mut ctx, &mut batch, next, &mut running, s)?;
             }
         }
-        Ok(results.into_iter().map(generated).collect())
     }
 
     /// Decodes the batch of the answers that go on, and samples each one's next token.

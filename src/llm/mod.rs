@@ -29,7 +29,7 @@ mod remote;
 mod sample;
 mod session;
 pub mod speculate;
-pub use batch::{Done, Job};
+pub use batch::{Done, Job, Jobs};
 pub use generator::Generator;
 pub use remote::Remote;
 pub use sample::Sampling;

@@ -1,6 +1,6 @@
-//! Admission to the generator. `slots` answers generate at once (one for a local generator,
-//! which takes every core this machine has; `llm.parallel` for a remote server, which batches
-//! them), the others wait in arrival order, and at most `limit` wait: a request beyond that is
+//! Admission to the generator. `slots` answers generate at once (`llm.parallel`: batched in one
+//! llama.cpp context for a local generator, by the server for a remote one), the others wait
+//! in arrival order, and at most `limit` wait: a request beyond that is
 //! turned away at once with an estimate of when to retry, instead of joining a queue that
 //! only grows.
 

@@ -24,7 +24,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 
 use crate::engine::Answer;
-use crate::engine::{Answerer, Event};
+use crate::engine::{Answerer, Batcher, Event, Generation};
 use crate::exit::{Exit, ExitError};
 use crate::printer::{Format, Printer, SearchHit};
 use crate::retrieve::Query;
@@ -43,6 +43,9 @@ struct State<'a> {
     in_flight: Arc<AtomicUsize>,
     /// Where warnings and `-v` rankings go: quiet, since many requests share one stderr.
     ui: Ui,
+    /// The generation thread's handle when local answers are batched (`llm.parallel` > 1);
+    /// taken when the server stops, so that thread ends after the last request.
+    batcher: Mutex<Option<Batcher>>,
 }
 
 const ENDPOINTS: &str =
@@ -96,18 +99,11 @@ fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
     Ok(parsed)
 }
 
-/// Answers that may generate at once: a local generator takes every core, so one; when
-/// every generator a route can reach is a remote server, `llm.parallel` (it batches them).
+/// Answers that may generate at once: `llm.parallel`, batched in one llama.cpp context for
+/// a local generator (see `engine::shared`) and by the server for a remote one; with
+/// `llm.parallel = 1`, one at a time with the prompt cache and drafts.
 fn generation_slots(s: &crate::config::Settings) -> usize {
-    use crate::config::Backend::Openai;
-    let all_remote = crate::config::Tier::ALL
-        .iter()
-        .all(|&t| s.generator(t).0 == Openai);
-    if all_remote {
-        s.llm.parallel
-    } else {
-        1
-    }
+    s.llm.parallel.max(1)
 }
 
 /// Serves until SIGTERM or SIGINT, then finishes the requests in flight and returns.
@@ -123,6 +119,8 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
     let bound = listener.local_addr()?;
     let stop = stop_on_signals()?;
     let threads = workers(&s);
+    let (batcher, batches) = crate::engine::batcher();
+    let batching = engine.settings().llm.parallel > 1;
     let state = State {
         engine,
         base,
@@ -130,6 +128,7 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         metrics: Arc::default(),
         in_flight: Arc::default(),
         ui: Ui { quiet: true },
+        batcher: Mutex::new(batching.then_some(batcher)),
     };
     // As many requests may wait for a worker as there are workers; more get 503 at once.
     let (jobs, queue) = mpsc::sync_channel(threads);
@@ -161,8 +160,14 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         for _ in 0..threads {
             scope.spawn(|| worker(&queue, &state));
         }
-        // Returns once stopped and drained; dropping the front's sender ends the workers.
-        net::serve(listener, front)
+        if batching {
+            scope.spawn(|| engine.run_batches(batches));
+        }
+        // Returns once stopped and drained; dropping the front's sender ends the workers,
+        // and the generation thread ends when their last request has let go of its handle.
+        let served = net::serve(listener, front);
+        state.batcher.lock().unwrap_or_else(|p| p.into_inner()).take();
+        served
     })?;
     ui.info("rag serve: stopped after finishing the requests in flight");
     Ok(Exit::Success)
@@ -319,7 +324,12 @@ fn generate(
             on(e)
         }
     };
-    match st.engine.answer_admitted(q, question, true, admit, &mut on) {
+    let batcher = st.batcher.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let how = match &batcher {
+        Some(b) => Generation::Shared(b),
+        None => Generation::Alone { cache: true },
+    };
+    match st.engine.answer_admitted(q, question, how, admit, &mut on) {
         Ok(a) => {
             if !a.abstained {
                 st.metrics.answer(&a.timings, waited);

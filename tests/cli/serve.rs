@@ -371,27 +371,57 @@ fn serve_guards_the_network_with_a_token() {
     assert_eq!(ok.status, 200, "{}", ok.body);
 }
 
-#[test]
-fn serve_refuses_past_its_queue_and_drains_on_sigterm() {
-    let p = Project::with_docs();
-    p.ingest();
-    // No waiting room: while one answer generates, another is refused at once.
-    let mut srv = start(
-        &p,
-        &[("RAG_SERVE_QUEUE", "0"), ("RAG_LLM_MAX_TOKENS", "200")],
-        &[],
-    );
-    let body = format!(r#"{{"question": "{QUESTION}", "stream": true}}"#);
-    let mut first = BufReader::new(send(&srv.addr, "POST", "/v1/ask", &body, &[]));
+/// Opens a streamed `/v1/ask` for `question` and reads it up to its `retrieval` event, which
+/// the server sends once the answer is admitted to the generator.
+fn admitted_stream(addr: &str, question: &str) -> BufReader<TcpStream> {
+    let body = format!(r#"{{"question": "{question}", "stream": true}}"#);
+    let mut stream = BufReader::new(send(addr, "POST", "/v1/ask", &body, &[]));
     let mut seen = String::new();
     while !seen.contains("\"event\":\"retrieval\"") {
         let mut line = String::new();
         assert!(
-            first.read_line(&mut line).unwrap() > 0,
+            stream.read_line(&mut line).unwrap() > 0,
             "the stream ended early: {seen}"
         );
         seen.push_str(&line);
     }
+    stream
+}
+
+/// The rest of a streamed answer: its token events joined, and its `done` event.
+fn streamed_rest(mut stream: BufReader<TcpStream>) -> (String, Value) {
+    let mut rest = String::new();
+    stream.read_to_string(&mut rest).unwrap();
+    let events: Vec<Value> = rest
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let done = events.last().cloned().unwrap_or_default();
+    assert_eq!(done["event"], "done", "the answer was finished: {rest}");
+    let text = events
+        .iter()
+        .filter(|e| e["event"] == "token")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    (text, done)
+}
+
+#[test]
+fn serve_batches_answers_refuses_past_its_queue_and_drains_on_sigterm() {
+    let p = Project::with_docs();
+    p.ingest();
+    // Two answers generate together in one context (llm.parallel = 2) and none may wait
+    // (queue 0): while two generate, a third is refused at once.
+    let env = [
+        ("RAG_SERVE_QUEUE", "0"),
+        ("RAG_LLM_PARALLEL", "2"),
+        ("RAG_LLM_MAX_TOKENS", "200"),
+    ];
+    let mut srv = start(&p, &env, &[]);
+    let lighthouse = "When was the lighthouse on Kestrel Point first lit?";
+    let first = admitted_stream(&srv.addr, QUESTION);
+    let second = admitted_stream(&srv.addr, lighthouse);
     let refused = call(
         &srv.addr,
         "POST",
@@ -410,14 +440,17 @@ fn serve_refuses_past_its_queue_and_drains_on_sigterm() {
         200
     );
 
-    // SIGTERM mid-answer: the answer finishes, then the server exits 0.
+    // SIGTERM mid-answer: both answers finish, then the server exits 0.
     unsafe { libc_kill(srv.child.0.id() as i32, 15) };
-    let mut rest = String::new();
-    first.read_to_string(&mut rest).unwrap();
-    assert!(
-        rest.contains("\"event\":\"done\""),
-        "the answer in flight was finished: {rest}"
-    );
+    for (stream, fact) in [(first, "42"), (second, "1871")] {
+        let (text, done) = streamed_rest(stream);
+        let answer = &done["answer"];
+        // Each stream carries its own sequence's pieces, and each answer its own facts.
+        if answer["stop"] != "repetition" {
+            assert_eq!(text.trim(), answer["answer"], "{done}");
+        }
+        assert!(answer["answer"].as_str().unwrap().contains(fact), "{done}");
+    }
     let status = srv.child.0.wait().unwrap();
     assert_eq!(status.code(), Some(0));
 }
