@@ -188,7 +188,9 @@ impl Answerer {
                     Reply::Done(d) => return d.map(|d| (d.prefill, d.decode)),
                 }
             }
-            Err(anyhow!("the server's generation thread stopped before the answer ended"))
+            Err(anyhow!(
+                "the server's generation thread stopped before the answer ended"
+            ))
         };
         let (answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
         Ok(answer)

@@ -166,7 +166,11 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         // Returns once stopped and drained; dropping the front's sender ends the workers,
         // and the generation thread ends when their last request has let go of its handle.
         let served = net::serve(listener, front);
-        state.batcher.lock().unwrap_or_else(|p| p.into_inner()).take();
+        state
+            .batcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         served
     })?;
     ui.info("rag serve: stopped after finishing the requests in flight");
