@@ -66,7 +66,7 @@ pub enum Generation<'b> {
     /// `llm.speculative` asks): what `ask` and `chat` do.
     Alone { cache: bool },
     /// On the generation thread that batches concurrent answers ([`Answerer::run_batches`]):
-    /// what `rag serve` does when `llm.parallel` > 1.
+    /// what `rag serve` does.
     Shared(&'b Batcher),
 }
 

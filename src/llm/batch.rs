@@ -114,8 +114,12 @@ impl Llm {
 
     /// Continuous batching over `jobs` in one context of `n_seq` sequences: a job starts as
     /// soon as a sequence is free, every decode step advances all running answers, and the
-    /// loop ends when nothing runs and `jobs` has no more. An error of the shared context
-    /// ends it at once; the jobs still running then get no `done`.
+    /// loop ends when nothing runs and `jobs` has no more. A finished answer's sequence keeps
+    /// its prompt, and the next job goes to the free sequence whose prompt shares the most
+    /// with its own, reusing that prefix in whole `n_batch` slices (as `Session::prefill`
+    /// reuses the prompt cache, so a reused prompt answers byte for byte as a fresh one): a
+    /// question asked again prefills only its last slice. An error of the shared context
+    /// ends the loop at once; the jobs still running then get no `done`.
     pub fn generate_jobs<'a>(
         &self,
         p: &ContextParams,
@@ -125,6 +129,8 @@ impl Llm {
     ) -> Result<()> {
         let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq.max(1))?;
         let mut free: Vec<i32> = (0..n_seq.max(1) as i32).rev().collect();
+        // The prompt whose keys and values each sequence holds.
+        let mut held: Vec<Vec<LlamaToken>> = vec![Vec::new(); n_seq.max(1)];
         // Each running slot with the token sampled for it and not yet processed.
         let mut running: Vec<(Slot, LlamaToken)> = Vec::new();
         let mut batch = LlamaBatch::new(n_batch, 1);
@@ -133,8 +139,17 @@ impl Llm {
                 let Some((id, j)) = jobs.next(running.is_empty()) else {
                     break;
                 };
-                let seq = free.pop().expect("checked");
-                match self.start(&mut ctx, &mut batch, n_batch, per_seq, seq, id, j, s) {
+                let seq = free.swap_remove(closest(&free, &held, &j.prompt));
+                let kept = &mut held[seq as usize];
+                match self.start(
+                    &mut ctx,
+                    &mut batch,
+                    (n_batch, per_seq),
+                    (seq, kept),
+                    id,
+                    j,
+                    s,
+                ) {
                     Ok(mut slot) => {
                         let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
                         running.push((slot, first));
@@ -142,6 +157,7 @@ impl Llm {
                     Err(e) => {
                         // The sequence is free again for the next job, empty.
                         let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+                        held[seq as usize].clear();
                         free.push(seq);
                         jobs.done(id, Err(e));
                     }
@@ -157,7 +173,13 @@ impl Llm {
                 match advance(&mut slot, token, s, self, per_seq) {
                     Some(stop) => {
                         free.push(slot.seq);
-                        let _ = ctx.clear_kv_cache_seq(Some(slot.seq as u32), None, None);
+                        // The answer goes; the prompt stays for the next one that shares it.
+                        let prompt = slot.prefill.prompt_tokens as u32;
+                        let seq = Some(slot.seq as u32);
+                        if !matches!(ctx.clear_kv_cache_seq(seq, Some(prompt), None), Ok(true)) {
+                            let _ = ctx.clear_kv_cache_seq(seq, None, None);
+                            held[slot.seq as usize].clear();
+                        }
                         let job = slot.job;
                         jobs.done(job, Ok(slot.finish(stop)));
                     }
@@ -218,15 +240,14 @@ impl Llm {
         Ok((ctx, per_seq, n_batch))
     }
 
-    /// Prefills `job`'s prompt into sequence `seq`, in `n_batch` slices.
-    #[allow(clippy::too_many_arguments)]
+    /// Prefills `job`'s prompt into sequence `seq`, in `n_batch` slices, after the whole
+    /// slices it shares with `kept` (the prompt the sequence holds, which becomes this one).
     fn start<'a>(
         &self,
         ctx: &mut LlamaContext,
         batch: &mut LlamaBatch,
-        n_batch: usize,
-        per_seq: u32,
-        seq: i32,
+        (n_batch, per_seq): (usize, u32),
+        (seq, kept): (i32, &mut Vec<LlamaToken>),
         job: usize,
         j: Job<'a>,
         s: &Sampling,
@@ -239,15 +260,26 @@ impl Llm {
                 prompt.len()
             ));
         }
-        for (k, slice) in prompt.chunks(n_batch).enumerate() {
+        // The last prompt token is always decoded again: its logits start the answer.
+        let mut keep = shared(kept, prompt).min(prompt.len() - 1) / n_batch * n_batch;
+        if !matches!(
+            ctx.clear_kv_cache_seq(Some(seq as u32), Some(keep as u32), None),
+            Ok(true)
+        ) {
+            let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+            keep = 0;
+        }
+        kept.clear();
+        for (k, slice) in prompt[keep..].chunks(n_batch).enumerate() {
             batch.clear();
             for (i, &t) in slice.iter().enumerate() {
-                let at = k * n_batch + i;
+                let at = keep + k * n_batch + i;
                 batch.add(t, at as i32, &[seq], at == prompt.len() - 1)?;
             }
             ctx.decode(batch)
                 .map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
         }
+        kept.extend_from_slice(prompt);
         let copy = CopyBias::new(s.copy_bias, prompt, &self.model);
         let (sampler, plain_greedy) = sampler(s, &self.model, copy.as_ref());
         Ok(Slot {
@@ -261,7 +293,7 @@ impl Llm {
             utf8: Utf8Stream::default(),
             prefill: Prefill {
                 prompt_tokens: prompt.len(),
-                cached_tokens: 0,
+                cached_tokens: keep,
                 ms: started.elapsed().as_secs_f64() * 1e3,
             },
             out: Decode::default(),
@@ -269,6 +301,19 @@ impl Llm {
             on_piece: j.on_piece,
         })
     }
+}
+
+/// How many leading tokens `a` and `b` share.
+fn shared(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The index in `free` of the sequence whose held prompt shares the most with `prompt`; the
+/// last one among equals (the lowest-numbered sequence when none share anything).
+fn closest(free: &[i32], held: &[Vec<LlamaToken>], prompt: &[LlamaToken]) -> usize {
+    (0..free.len())
+        .max_by_key(|&k| shared(&held[free[k] as usize], prompt))
+        .expect("a free sequence")
 }
 
 /// A job's result; one the loop never reached is an error rather than a missing answer.

@@ -43,8 +43,8 @@ struct State<'a> {
     in_flight: Arc<AtomicUsize>,
     /// Where warnings and `-v` rankings go: quiet, since many requests share one stderr.
     ui: Ui,
-    /// The generation thread's handle when local answers are batched (`llm.parallel` > 1);
-    /// taken when the server stops, so that thread ends after the last request.
+    /// The generation thread's handle; taken when the server stops, so that thread ends
+    /// after the last request.
     batcher: Mutex<Option<Batcher>>,
 }
 
@@ -100,8 +100,7 @@ fn listen_addr(addr: &str, token: Option<&str>) -> Result<SocketAddr> {
 }
 
 /// Answers that may generate at once: `llm.parallel`, batched in one llama.cpp context for
-/// a local generator (see `engine::shared`) and by the server for a remote one; with
-/// `llm.parallel = 1`, one at a time with the prompt cache and drafts.
+/// a local generator (see `engine::shared`) and by the server for a remote one.
 fn generation_slots(s: &crate::config::Settings) -> usize {
     s.llm.parallel.max(1)
 }
@@ -120,7 +119,6 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
     let stop = stop_on_signals()?;
     let threads = workers(&s);
     let (batcher, batches) = crate::engine::batcher();
-    let batching = engine.settings().llm.parallel > 1;
     let state = State {
         engine,
         base,
@@ -128,7 +126,7 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         metrics: Arc::default(),
         in_flight: Arc::default(),
         ui: Ui { quiet: true },
-        batcher: Mutex::new(batching.then_some(batcher)),
+        batcher: Mutex::new(Some(batcher)),
     };
     // As many requests may wait for a worker as there are workers; more get 503 at once.
     let (jobs, queue) = mpsc::sync_channel(threads);
@@ -160,9 +158,10 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         for _ in 0..threads {
             scope.spawn(|| worker(&queue, &state));
         }
-        if batching {
-            scope.spawn(|| engine.run_batches(batches));
-        }
+        // Every local answer decodes on this one thread: llama.cpp's OpenMP keeps a thread
+        // team per calling thread, and answers spread over the HTTP workers decoded a fifth
+        // slower once several teams shared the cores (docs/benchmarks.md).
+        scope.spawn(|| engine.run_batches(batches));
         // Returns once stopped and drained; dropping the front's sender ends the workers,
         // and the generation thread ends when their last request has let go of its handle.
         let served = net::serve(listener, front);
@@ -329,9 +328,10 @@ fn generate(
         }
     };
     let batcher = st.batcher.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // Only gone once the server has stopped taking requests.
     let how = match &batcher {
         Some(b) => Generation::Shared(b),
-        None => Generation::Alone { cache: true },
+        None => Generation::Alone { cache: false },
     };
     match st.engine.answer_admitted(q, question, how, admit, &mut on) {
         Ok(a) => {

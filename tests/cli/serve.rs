@@ -249,6 +249,17 @@ fn check_ask(a: &str) -> Value {
         done["answer"]["answer"], answer["answer"],
         "temperature 0: the same answer streamed or not"
     );
+    // The question again: its sequence still holds the prompt, so only the last partial
+    // slice of it is prefilled again (and the answer above is the same byte for byte).
+    let timings = &done["answer"]["timings"];
+    let (cached, prompt) = (
+        timings["cached_tokens"].as_u64(),
+        timings["prompt_tokens"].as_u64(),
+    );
+    assert!(
+        cached.unwrap() > 0 && cached.unwrap() + 128 > prompt.unwrap(),
+        "{timings}"
+    );
     answer
 }
 
