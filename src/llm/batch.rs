@@ -146,8 +146,7 @@ impl Llm {
                     &mut batch,
                     (n_batch, per_seq),
                     (seq, kept),
-                    id,
-                    j,
+                    (id, j),
                     s,
                 ) {
                     Ok(mut slot) => {
@@ -248,8 +247,7 @@ impl Llm {
         batch: &mut LlamaBatch,
         (n_batch, per_seq): (usize, u32),
         (seq, kept): (i32, &mut Vec<LlamaToken>),
-        job: usize,
-        j: Job<'a>,
+        (job, j): (usize, Job<'a>),
         s: &Sampling,
     ) -> Result<Slot<'a>> {
         let started = Instant::now();
