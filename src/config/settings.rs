@@ -379,7 +379,7 @@ impl Default for RetrievalSettings {
     fn default() -> Self {
         RetrievalSettings {
             top_k: 5,
-            large_top_k: 3,
+            large_top_k: 4,
             mode: Mode::Hybrid,
             rrf_k: 60.0,
             vector_weight: 1.0,

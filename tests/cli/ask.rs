@@ -618,7 +618,7 @@ fn auto_routes_by_retrieval_similarity_and_says_why_in_json() {
     assert_eq!(routes, ["small", "large"], "both routes taken");
 }
 
-/// The large generator reads the best `retrieval.large_top_k` spans (3 by default) where the
+/// The large generator reads the best `retrieval.large_top_k` spans (4 by default) where the
 /// others read `top_k`; `--top-k` is what every route reads, and 0 turns the cap off.
 #[test]
 fn the_large_route_reads_fewer_sources_unless_top_k_is_given() {
@@ -637,9 +637,9 @@ fn the_large_route_reads_fewer_sources_unless_top_k_is_given() {
         out.matches("<source id=\"S").count()
     };
     let small = sources(&[], &["--model", "small"]);
-    assert!(small > 3, "the docs give more than 3 spans: {small}");
-    assert_eq!(sources(&[], &["--model", "large"]), 3);
-    assert_eq!(sources(&[], &["--model", "large", "-k", "4"]), 4);
+    assert!(small > 4, "the docs give more than 4 spans: {small}");
+    assert_eq!(sources(&[], &["--model", "large"]), 4);
+    assert_eq!(sources(&[], &["--model", "large", "-k", "3"]), 3);
     let off = [("RAG_RETRIEVAL_LARGE_TOP_K", "0")];
     assert_eq!(sources(&off, &["--model", "large"]), small);
     let two = [("RAG_RETRIEVAL_LARGE_TOP_K", "2")];
