@@ -164,9 +164,9 @@ pub struct ChunkSettings {
 pub struct RetrievalSettings {
     /// Chunks handed to the prompt.
     pub top_k: usize,
-    /// Chunks the large generator reads, at most (0 = `top_k`): the 1.5B keeps its keywords
-    /// with the best 3 and prefills a third fewer tokens (docs/quality.md). `--top-k` sets
-    /// both.
+    /// Chunks the large generator reads, at most (0 = `top_k`): with the best 4 the 1.5B
+    /// states more key strings than with 3 or 5 and prefills fewer tokens than with 5
+    /// (docs/quality.md). `--top-k` sets both.
     pub large_top_k: usize,
     /// hybrid | vector | text
     pub mode: Mode,

@@ -35,9 +35,8 @@ enum Reply {
     Done(Result<Done>),
 }
 
-/// The handle request threads send prompts through; the generation thread ends when every
-/// handle is dropped.
-#[derive(Clone)]
+/// The handle request threads send prompts through; the generation thread ends when it is
+/// dropped.
 pub struct Batcher(mpsc::Sender<Request>);
 
 /// A handle and the receiving end [`Answerer::run_batches`] serves.

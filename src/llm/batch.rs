@@ -1,8 +1,8 @@
 //! Several answers generated together in one llama.cpp context, one sequence each
 //! (continuous batching). Each decode step advances every running answer by one token in a
 //! single batch, so the weights are read once per step for all of them instead of once per
-//! answer; when an answer finishes, its sequence is cleared and the next waiting prompt is
-//! prefilled into it while the others wait one step.
+//! answer; when an answer finishes, its sequence keeps only the prompt, and the next waiting
+//! prompt is prefilled into the free sequence that shares most of it while the others wait.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -15,6 +15,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 
+use super::session::{common_prefix, reusable};
 use super::{
     backend, repeating_tail, sampler, ContextParams, CopyBias, Decode, Llm, Prefill, Sampling,
     StopReason, Utf8Stream,
@@ -258,8 +259,7 @@ impl Llm {
                 prompt.len()
             ));
         }
-        // The last prompt token is always decoded again: its logits start the answer.
-        let mut keep = shared(kept, prompt).min(prompt.len() - 1) / n_batch * n_batch;
+        let mut keep = reusable(kept, prompt, n_batch);
         if !matches!(
             ctx.clear_kv_cache_seq(Some(seq as u32), Some(keep as u32), None),
             Ok(true)
@@ -301,16 +301,11 @@ impl Llm {
     }
 }
 
-/// How many leading tokens `a` and `b` share.
-fn shared(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 /// The index in `free` of the sequence whose held prompt shares the most with `prompt`; the
 /// last one among equals (the lowest-numbered sequence when none share anything).
 fn closest(free: &[i32], held: &[Vec<LlamaToken>], prompt: &[LlamaToken]) -> usize {
     (0..free.len())
-        .max_by_key(|&k| shared(&held[free[k] as usize], prompt))
+        .max_by_key(|&k| common_prefix(&held[free[k] as usize], prompt))
         .expect("a free sequence")
 }
 

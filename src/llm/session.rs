@@ -140,14 +140,7 @@ impl Session<'_> {
                 self.n_ctx()
             ));
         }
-        let common = self.shared_prefix(prompt);
-        // The last prompt token is always decoded again: its logits start the answer. The
-        // kept prefix is cut back to a multiple of n_batch, and slices start at multiples of
-        // it, so every token's keys and values come from the same batch whether or not a
-        // cached prefix was reused: llama.cpp's kernels round differently for different batch
-        // shapes, and at temperature 0 that flipped a near-tie, so a cached ask printed a
-        // different answer than the same ask without the cache.
-        let mut keep = common.min(prompt.len() - 1) / self.n_batch * self.n_batch;
+        let mut keep = reusable(&self.tokens, prompt, self.n_batch);
         let trimmed = self
             .ctx
             .clear_kv_cache_seq(Some(0), Some(keep as u32), None)
@@ -183,11 +176,7 @@ impl Session<'_> {
 
     /// How many leading tokens of `tokens` the context already holds.
     pub(super) fn shared_prefix(&self, tokens: &[LlamaToken]) -> usize {
-        self.tokens
-            .iter()
-            .zip(tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
+        common_prefix(&self.tokens, tokens)
     }
 
     /// Samples up to `s.max_tokens` tokens after a prefill and hands each UTF-8-complete piece
@@ -310,6 +299,21 @@ impl Session<'_> {
         }
         Ok(flow)
     }
+}
+
+/// How many leading tokens `a` and `b` share.
+pub(super) fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// How much of a context that holds `held` a prefill of `prompt` keeps: the shared prefix,
+/// short of the prompt's last token (decoded again: its logits start the answer), cut back to
+/// a multiple of `n_batch`. Slices then start at multiples of it, so every token's keys and
+/// values come from the same batch whether or not a prefix was reused: llama.cpp's kernels
+/// round differently for different batch shapes, and at temperature 0 that flipped a
+/// near-tie, so a cached ask printed a different answer than the same ask without the cache.
+pub(super) fn reusable(held: &[LlamaToken], prompt: &[LlamaToken], n_batch: usize) -> usize {
+    common_prefix(held, prompt).min(prompt.len().saturating_sub(1)) / n_batch * n_batch
 }
 
 /// One generation's running state: the tokens written, the UTF-8 joiner and the figures.

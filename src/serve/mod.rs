@@ -43,9 +43,8 @@ struct State<'a> {
     in_flight: Arc<AtomicUsize>,
     /// Where warnings and `-v` rankings go: quiet, since many requests share one stderr.
     ui: Ui,
-    /// The generation thread's handle; taken when the server stops, so that thread ends
-    /// after the last request.
-    batcher: Mutex<Option<Batcher>>,
+    /// The way to the generation thread, which ends when this state is dropped.
+    batcher: Batcher,
 }
 
 const ENDPOINTS: &str =
@@ -115,10 +114,33 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
             "cannot listen on {addr}: {e}; choose another address with --addr or serve.addr (port 0 picks a free one)"
         ))
     })?;
-    let bound = listener.local_addr()?;
     let stop = stop_on_signals()?;
-    let threads = workers(&s);
     let (batcher, batches) = crate::engine::batcher();
+    std::thread::scope(|outer| {
+        // Every local answer decodes on this one thread: llama.cpp's OpenMP keeps a thread
+        // team per calling thread, and answers spread over the HTTP workers decoded a fifth
+        // slower once several teams shared the cores (docs/benchmarks.md).
+        outer.spawn(|| engine.run_batches(batches));
+        // The handle goes with the server's state: when serving ends, so does that thread.
+        serve_on(engine, base, (listener, stop), batcher, token, ui)
+    })?;
+    ui.info("rag serve: stopped after finishing the requests in flight");
+    Ok(Exit::Success)
+}
+
+/// Answers requests on `listener` until `stop` is raised and the requests in flight are
+/// done; local answers go through `batcher` to the generation thread.
+fn serve_on(
+    engine: &Answerer,
+    base: &Query,
+    (listener, stop): (std::net::TcpListener, Arc<AtomicBool>),
+    batcher: Batcher,
+    token: Option<&str>,
+    ui: &Ui,
+) -> Result<()> {
+    let s = engine.settings().serve.clone();
+    let bound = listener.local_addr()?;
+    let threads = workers(&s);
     let state = State {
         engine,
         base,
@@ -126,7 +148,7 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         metrics: Arc::default(),
         in_flight: Arc::default(),
         ui: Ui { quiet: true },
-        batcher: Mutex::new(Some(batcher)),
+        batcher,
     };
     // As many requests may wait for a worker as there are workers; more get 503 at once.
     let (jobs, queue) = mpsc::sync_channel(threads);
@@ -158,22 +180,10 @@ pub fn run(engine: &Answerer, base: &Query, token: Option<&str>, ui: &Ui) -> Res
         for _ in 0..threads {
             scope.spawn(|| worker(&queue, &state));
         }
-        // Every local answer decodes on this one thread: llama.cpp's OpenMP keeps a thread
-        // team per calling thread, and answers spread over the HTTP workers decoded a fifth
-        // slower once several teams shared the cores (docs/benchmarks.md).
-        scope.spawn(|| engine.run_batches(batches));
-        // Returns once stopped and drained; dropping the front's sender ends the workers,
-        // and the generation thread ends when their last request has let go of its handle.
-        let served = net::serve(listener, front);
-        state
-            .batcher
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        served
+        // Returns once stopped and drained; dropping the front's sender ends the workers.
+        net::serve(listener, front)
     })?;
-    ui.info("rag serve: stopped after finishing the requests in flight");
-    Ok(Exit::Success)
+    Ok(())
 }
 
 /// Worker threads: `serve.threads`, or by default one per queued answer plus a few for
@@ -327,12 +337,7 @@ fn generate(
             on(e)
         }
     };
-    let batcher = st.batcher.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    // Only gone once the server has stopped taking requests.
-    let how = match &batcher {
-        Some(b) => Generation::Shared(b),
-        None => Generation::Alone { cache: false },
-    };
+    let how = Generation::Shared(&st.batcher);
     match st.engine.answer_admitted(q, question, how, admit, &mut on) {
         Ok(a) => {
             if !a.abstained {
