@@ -256,8 +256,9 @@ pub struct LlmSettings {
     /// or draft (drafts from `llm.draft_model`). Every kept token is the generator's own greedy
     /// pick; only llama.cpp's batch-shape rounding can flip a near-tie.
     pub speculative: Speculative,
-    /// Most tokens drafted ahead per decode step: 15 fills a check of 16 tokens, which
-    /// ggml's tiled CPU kernel computes in about the time of 8.
+    /// Most tokens drafted ahead per decode step: 15 fills a lookup check of 16 tokens, which
+    /// ggml's tiled CPU kernel computes in about the time of 8 for K-quant weights (a draft
+    /// model also pays one of its own steps per guess).
     pub draft_tokens: usize,
     /// The draft model of `llm.speculative = "draft"`: same vocabulary, far fewer weights.
     pub draft_model: PathBuf,

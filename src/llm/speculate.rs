@@ -193,7 +193,7 @@ impl Drafter<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::lookup;
+    use super::{lookup, Draft, Lookup};
     use llama_cpp_2::token::LlamaToken;
 
     fn t(v: &[i32]) -> Vec<LlamaToken> {
@@ -224,5 +224,23 @@ mod tests {
         assert!(lookup(&[], 4, 2, 4).is_empty());
         // A single-token match is below the minimum.
         assert!(lookup(&t(&[7, 1, 2, 7]), 2, 2, 4).is_empty());
+    }
+
+    #[test]
+    fn the_default_rule_drafts_only_from_matches_of_four_tokens_and_at_most_its_limit() {
+        let source: Vec<i32> = (100..130).collect();
+        let mut d = Lookup::new(15);
+        // The answer ends with three tokens of the source: too short a match to draft from.
+        let mut ctx = source.clone();
+        ctx.extend([0, 100, 101, 102]);
+        assert!(d.propose(&t(&ctx), 64).unwrap().is_empty());
+        // A fourth: the source's next 15 tokens, however many more the caller has room for.
+        ctx.push(103);
+        assert_eq!(
+            d.propose(&t(&ctx), 64).unwrap(),
+            t(&(104..119).collect::<Vec<_>>())
+        );
+        // The caller's room bounds it too.
+        assert_eq!(d.propose(&t(&ctx), 2).unwrap(), t(&[104, 105]));
     }
 }
