@@ -170,7 +170,7 @@ impl Lease {
                     true
                 }
             };
-            if same {
+            if same || self.still_mine()? {
                 return Ok(());
             }
             self.lost.store(true, Ordering::SeqCst);
@@ -180,6 +180,27 @@ impl Lease {
             self.remote.uri,
             stale().as_secs()
         )))
+    }
+}
+
+impl Lease {
+    /// Whether the lock object still names this ingest. The ETag a check compares can be
+    /// newer than the one it holds without anyone else writing: a heartbeat's PUT may land
+    /// between the check reading our version and its HEAD (the heartbeat stores the new
+    /// version only once the PUT returns). Under load that window lasted long enough for a
+    /// healthy ingest to stop as if it had lost the lock. A takeover writes another holder, so
+    /// the lock's own content tells the two apart.
+    fn still_mine(&self) -> Result<bool> {
+        let lock = block_on(read(&self.remote, &self.path))?;
+        Ok(match lock {
+            Some((Some(h), _)) => {
+                !h.released
+                    && h.host == self.me.host
+                    && h.pid == self.me.pid
+                    && h.started == self.me.started
+            }
+            _ => false,
+        })
     }
 }
 
