@@ -165,8 +165,9 @@ pub struct RetrievalSettings {
     /// Chunks handed to the prompt.
     pub top_k: usize,
     /// Chunks the large generator reads, at most (0 = `top_k`): with the best 4 the 1.5B
-    /// states more key strings than with 3 or 5 and prefills fewer tokens than with 5
-    /// (docs/quality.md). `--top-k` sets both.
+    /// states more key strings than with 3 on both parts of the dev set, as many as with 5
+    /// on held-out and more on dev, and prefills fewer tokens than with 5 (docs/quality.md).
+    /// `--top-k` sets both.
     pub large_top_k: usize,
     /// hybrid | vector | text
     pub mode: Mode,

@@ -206,8 +206,8 @@ impl Answerer {
     }
 
     /// The best of `ranked` that generator `tier` reads: all of them but for the large one,
-    /// which reads at most `retrieval.large_top_k` (fewer prompt tokens to prefill, and more
-    /// of its answers right on both parts of the dev set, docs/quality.md).
+    /// which reads at most `retrieval.large_top_k` (fewer prompt tokens to prefill than all
+    /// five, and at least as many answers right on both parts of the dev set, docs/quality.md).
     fn readable<'r>(&self, tier: Tier, ranked: &'r [Ranked]) -> &'r [Ranked] {
         let cap = self.settings.retrieval.large_top_k;
         match tier {

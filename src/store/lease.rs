@@ -181,9 +181,7 @@ impl Lease {
             stale().as_secs()
         )))
     }
-}
 
-impl Lease {
     /// Whether the lock object still names this ingest. The ETag a check compares can be
     /// newer than the one it holds without anyone else writing: a heartbeat's PUT may land
     /// between the check reading our version and its HEAD (the heartbeat stores the new

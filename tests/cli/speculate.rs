@@ -4,10 +4,11 @@
 //! two tokens nearly tie the pick can flip, as it does for `ask --batch`: on this machine, with
 //! the checks of 9 tokens lookup made until 2026-12-05, the small model's second sentence on
 //! the first question, and the large model's last `[S#]` on the second (checks are now up to
-//! 16 tokens wide; the assertions below hold for both). So each answer must agree with plain decoding through its first sentence (the
-//! drafts copied from the sources; a kept guess that the generator would not pick, or a
-//! rejected guess left in the KV cache, garbles it at once), and the large model's answer to
-//! the first question, whose tokens win by a wide margin, must be the plain one byte for byte.
+//! 16 tokens wide; the assertions below hold for both). So each answer must agree with plain
+//! decoding through its first sentence (the drafts copied from the sources; a kept guess that
+//! the generator would not pick, or a rejected guess left in the KV cache, garbles it at
+//! once), and the large model's answer to the first question, whose tokens win by a wide
+//! margin, must be the plain one byte for byte.
 
 use crate::support::{repo, Project};
 
