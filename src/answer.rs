@@ -85,6 +85,11 @@ pub struct Answer {
     /// The best cosine similarity of a retrieved span (None in text-only mode).
     pub best_similarity: Option<f32>,
     pub stop: Option<StopReason>,
+    /// Text the generator wrote that the answer leaves out, so it ends on a whole sentence:
+    /// the unfinished sentence an answer at its token limit (or a full context) stopped in,
+    /// or the start of a sentence that repeated an earlier one. Empty when nothing was left out.
+    #[serde(default)]
+    pub dropped_text: String,
     pub timings: Timings,
     pub model: Option<ModelOut>,
 }

@@ -145,6 +145,9 @@ impl Printer {
                         a.invalid_citations.join(", ")
                     ));
                 }
+                if let Some(w) = nothing_whole(a) {
+                    o.warn.push(w);
+                }
                 if self.live {
                     o.out("");
                 } else {
@@ -163,6 +166,27 @@ impl Printer {
         }
         o
     }
+}
+
+/// Why an answer shows nothing though the generator wrote something: it stopped before its
+/// first sentence ended (only whole sentences are shown), with the fix.
+fn nothing_whole(a: &Answer) -> Option<String> {
+    use crate::llm::StopReason;
+    if !a.answer.trim().is_empty() || a.dropped_text.is_empty() {
+        return None;
+    }
+    let why = match a.stop {
+        Some(StopReason::MaxTokens) => {
+            "it reached its token limit first; raise --max-tokens (llm.max_tokens)"
+        }
+        Some(StopReason::ContextFull) => {
+            "the context window filled first; raise llm.n_ctx or ask with fewer sources (-k)"
+        }
+        _ => "it began by repeating itself; try another --model",
+    };
+    Some(format!(
+        "the answer stopped before its first sentence ended, so nothing is shown: {why}"
+    ))
 }
 
 /// `value` as a JSON tree with each `f32` as short as it prints (0.0153846154, not

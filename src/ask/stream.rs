@@ -1,6 +1,9 @@
-//! What happens to the model's text between llama.cpp and the terminal, pure: a sentence that
-//! starts saying again what an earlier one said is held back and ends the answer, and
-//! sentences the model left uncited get a marker (see [`cite::Attributor`]).
+//! What happens to the model's text between llama.cpp and the terminal, pure: text is
+//! released a whole sentence at a time, so an answer that reaches its token limit or a
+//! repetition stop ends at its last complete sentence and the unfinished rest is dropped
+//! (reported, never shown); a sentence that starts saying again what an earlier one said is
+//! held back and ends the answer; and sentences the model left uncited get a marker (see
+//! [`cite::Attributor`]).
 //!
 //! Why a sentence-level guard on top of llama.cpp-side loop detection (`llm::repeating_tail`):
 //! SmolLM2-135M at temperature 0 repeats its answer sentence with a different separator or a
@@ -136,17 +139,21 @@ fn repeated_stretch(words: &[String], earlier: &[Vec<String>]) -> Result<Option<
     Ok((0..n.saturating_sub(1)).find(|&start| before(start)(&words[start..])))
 }
 
-/// Holds back a sentence while it may be a repeat of an earlier one.
+/// Holds back each sentence until it is complete, and drops it if it repeats an earlier one.
 #[derive(Default)]
 pub struct LoopGuard {
     text: String,
     /// Bytes of `text` released.
     shown: usize,
+    /// What was generated and never released: the start of a repeat, or the unfinished
+    /// sentence an answer cut at its token limit ended in.
+    dropped: String,
 }
 
 impl LoopGuard {
     /// The text to release after `piece`; `None` when the answer has started to repeat
-    /// itself: generation should stop, and the held text is dropped.
+    /// itself: generation should stop, the repeat is dropped, and [`LoopGuard::finish`]
+    /// releases the whole sentences still held before it.
     pub fn push(&mut self, piece: &str) -> Option<String> {
         self.text.push_str(piece);
         let spans = sentences(&self.text);
@@ -170,7 +177,7 @@ impl LoopGuard {
             for before in &all[..i] {
                 match echo(&now, before) {
                     Echo::Yes => {
-                        self.text.truncate(self.shown);
+                        self.cut_at(span.start);
                         return None;
                     }
                     Echo::Maybe => maybe = true,
@@ -185,7 +192,7 @@ impl LoopGuard {
             let (offsets, own): (Vec<usize>, Vec<String>) = own.into_iter().unzip();
             match repeated_stretch(&own, &all[..i]) {
                 Err(()) => {
-                    self.text.truncate(self.shown);
+                    self.cut_at(span.start);
                     return None;
                 }
                 Ok(Some(w)) if last => {
@@ -200,17 +207,80 @@ impl LoopGuard {
                 upto = upto.min(span.start.max(self.shown));
             }
         }
+        // The last sentence may still grow (or be cut by the token limit): only whole ones go,
+        // and a list number before it ("2.") waits with it.
+        if let Some(open) = spans.last() {
+            let from = self.wordless_before(&spans[..spans.len() - 1], open.start);
+            upto = upto.min(from.max(self.shown));
+        }
         let out = self.text[self.shown..upto].to_string();
         self.shown = upto;
         Some(out)
     }
 
-    /// What is still held when generation ends on its own: it did not turn into a repeat.
-    pub fn finish(&mut self) -> String {
+    /// What is still held when generation is over. `whole`: the generator ended the answer
+    /// itself, so the held text is its last sentence, finished. Otherwise (a token limit, a
+    /// full context) the held text is released only if it ends a sentence; else dropped.
+    pub fn finish(&mut self, whole: bool) -> String {
+        if !whole && !ends_sentence(&self.text[self.shown..]) {
+            self.drop_held();
+            return String::new();
+        }
         let out = self.text[self.shown..].to_string();
         self.shown = self.text.len();
         out
     }
+
+    /// Drops what is held, keeping it as [`LoopGuard::dropped`].
+    pub fn drop_held(&mut self) {
+        self.cut_at(self.shown);
+    }
+
+    /// Ends the text at `at` (the start of a repeating sentence): the whole sentences before
+    /// it stay to be released by [`LoopGuard::finish`], the rest is dropped.
+    fn cut_at(&mut self, at: usize) {
+        let before = sentences(&self.text[..at.max(self.shown)]);
+        let at = self.wordless_before(&before, at).max(self.shown);
+        self.dropped = self.text[at..].trim().to_string();
+        self.text.truncate(at);
+    }
+
+    /// Text generated and never released (empty when nothing was dropped).
+    pub fn dropped(&self) -> &str {
+        &self.dropped
+    }
+
+    /// Where the sentence at `at` starts once the spans right before it that hold no word
+    /// (a list number, a blank line) count as part of it; `spans` end at `at`.
+    fn wordless_before(&self, spans: &[std::ops::Range<usize>], at: usize) -> usize {
+        let mut at = at;
+        for span in spans.iter().rev() {
+            if span.start < self.shown || !words(&self.text[span.clone()]).0.is_empty() {
+                break;
+            }
+            at = span.start;
+        }
+        at
+    }
+}
+
+/// Whether `text` ends a sentence: a full stop, `!` or `?` last, before any closing quote,
+/// bracket or citation marker (or nothing but whitespace).
+fn ends_sentence(text: &str) -> bool {
+    let mut t = text.trim_end();
+    loop {
+        let before = t.len();
+        if let Some(open) = t.rfind('[').filter(|_| t.ends_with(']')) {
+            if cite::markers(&t[open..]).len() == 1 {
+                t = t[..open].trim_end();
+            }
+        }
+        t = t.trim_end_matches(['"', '\'', ')', '*', '`', '\u{201d}', '\u{2019}']);
+        if t.len() == before {
+            break;
+        }
+    }
+    t.is_empty() || t.ends_with(['.', '!', '?'])
 }
 
 /// The model's pieces in, the pieces to show out: the loop guard, then citations.
@@ -246,11 +316,17 @@ impl AnswerStream {
 
     /// The rest to show once generation is over. `cut`: llama.cpp-side loop detection
     /// stopped it, and `shown` (everything shown so far) was cut back to before the copy.
-    pub fn finish(&mut self, shown: &str, cut: bool) -> String {
-        let held = if self.looped || cut {
+    /// `whole`: the generator ended the answer itself (not a limit), so what is held is
+    /// its finished last sentence.
+    pub fn finish(&mut self, shown: &str, cut: bool, whole: bool) -> String {
+        // A repeat was cut at its sentence's start: what is held before it is whole sentences.
+        let held = if self.looped {
+            self.guard.finish(true)
+        } else if cut {
+            self.guard.drop_held();
             String::new()
         } else {
-            self.guard.finish()
+            self.guard.finish(whole)
         };
         let Some(a) = &mut self.cite else {
             return held;
@@ -261,8 +337,14 @@ impl AnswerStream {
         } else {
             rest = a.push(&held);
         }
-        rest.push_str(&a.finish(self.looped));
+        // Only whole sentences were shown, unless llama.cpp's loop cut took a copy off.
+        rest.push_str(&a.finish(cut));
         rest
+    }
+
+    /// Text generated and never shown: the start of a repeat, or an unfinished last sentence.
+    pub fn dropped(&self) -> &str {
+        self.guard.dropped()
     }
 
     /// Whether the guard cut the answer at a repeated sentence.
@@ -314,10 +396,13 @@ mod tests {
         for p in pieces {
             match g.push(p) {
                 Some(t) => out.push_str(&t),
-                None => return (out, true),
+                None => {
+                    out.push_str(&g.finish(true));
+                    return (out, true);
+                }
             }
         }
-        out.push_str(&g.finish());
+        out.push_str(&g.finish(true));
         (out, false)
     }
 
@@ -332,14 +417,29 @@ mod tests {
             " of every",
         ]);
         assert!(looped);
-        assert_eq!(out, s.to_string() + "\n\n");
+        assert_eq!(out.trim_end(), s.trim_end());
         // Numbered copies are copies.
         let (out, looped) = guarded(&[
             "1. The crew of six rotates often.\n",
             "2. The crew of six rotates often.\n",
         ]);
         assert!(looped);
-        assert_eq!(out, "1. The crew of six rotates often.\n");
+        assert_eq!(out.trim_end(), "1. The crew of six rotates often.");
+        // Token by token, the copy's list number is never shown either.
+        let (out, looped) = guarded(&[
+            "1.",
+            " The crew of six",
+            " rotates often.",
+            "\n",
+            "2.",
+            " The",
+            " crew of six",
+            " rotates",
+            " often",
+            ".",
+        ]);
+        assert!(looped);
+        assert_eq!(out.trim_end(), "1. The crew of six rotates often.");
         // A copy with a new first word.
         let (out, looped) = guarded(&[
             "Goodput is a measure of how much a server can do in a single request. ",
@@ -347,8 +447,8 @@ mod tests {
         ]);
         assert!(looped);
         assert_eq!(
-            out,
-            "Goodput is a measure of how much a server can do in a single request. "
+            out.trim_end(),
+            "Goodput is a measure of how much a server can do in a single request."
         );
         let mut g = LoopGuard::default();
         let mut out = String::new();
@@ -368,7 +468,8 @@ mod tests {
             }
         }
         assert_eq!(
-            out, "Goodput is a measure of load. ",
+            out.trim_end(),
+            "Goodput is a measure of load.",
             "no word of the copy is shown"
         );
     }
@@ -384,8 +485,8 @@ mod tests {
         assert!(looped);
         // Held from the start of the sentence the copy began in.
         assert_eq!(
-            out,
-            "The KV cache grows linearly with the number of tokens. "
+            out.trim_end(),
+            "The KV cache grows linearly with the number of tokens."
         );
         let mut a = AnswerStream::new(
             &[(1, "The KV cache grows linearly with the number of tokens.")],
@@ -401,12 +502,12 @@ mod tests {
             }
         }
         assert!(a.looped());
-        shown.push_str(&a.finish(&shown, false));
+        shown.push_str(&a.finish(&shown, false, false));
         assert_eq!(
             shown,
             "The KV cache grows linearly with the number of tokens [S1]."
         );
-        // The unfinished sentence a cut leaves gets no marker.
+        // The sentence the copy started in is dropped whole, never shown half.
         let mut a = AnswerStream::new(
             &[(1, "The KV cache grows linearly with the number of tokens.")],
             true,
@@ -427,8 +528,16 @@ mod tests {
             }
         }
         assert!(a.looped());
-        shown.push_str(&a.finish(&shown, false));
-        assert!(shown.ends_with(" It grows fast and then"), "{shown}");
+        shown.push_str(&a.finish(&shown, false, false));
+        assert_eq!(
+            shown,
+            "The KV cache grows linearly with the number of tokens [S1]."
+        );
+        assert!(
+            a.dropped().starts_with("It grows fast and then"),
+            "{}",
+            a.dropped()
+        );
         // Within one sentence.
         let (_, looped) = guarded(&[
             "The model is told to answer only from the sources, so the model is told to answer only from the",
@@ -460,7 +569,7 @@ mod tests {
         // Held while it may be a repeat, released at the end of the text.
         let mut g = LoopGuard::default();
         assert_eq!(g.push("It is loud. It is").as_deref(), Some("It is loud."));
-        assert_eq!(g.finish(), " It is");
+        assert_eq!(g.finish(true), " It is");
         // Short sentences may repeat ("Yes.").
         assert_eq!(guarded(&["Yes. Yes."]), ("Yes. Yes.".to_string(), false));
     }
@@ -472,12 +581,68 @@ mod tests {
         for p in ["The", " regulator", " hums", " at", " 1742", " hertz", "\n"] {
             shown.push_str(&a.push(p).unwrap());
         }
-        let rest = a.finish(&shown, false);
+        let rest = a.finish(&shown, false, true);
         assert_eq!(
             format!("{shown}{rest}"),
             "The regulator hums at 1742 hertz [S1]"
         );
         assert_eq!(a.added_citations(), 1);
+    }
+
+    #[test]
+    fn only_whole_sentences_are_shown_and_a_limit_drops_the_unfinished_one() {
+        let mut a = AnswerStream::new(&[(1, "The regulator hums at 1742 hertz.")], true);
+        let mut shown = String::new();
+        for p in [
+            "The regulator",
+            " hums at 1742",
+            " hertz.",
+            " It is",
+            " loud and",
+        ] {
+            let t = a.push(p).unwrap();
+            assert!(
+                !t.contains("It is"),
+                "an unfinished sentence is never released: {t:?}"
+            );
+            shown.push_str(&t);
+        }
+        assert_eq!(
+            shown, "The regulator hums at 1742 hertz",
+            "the full stop waits for what follows"
+        );
+        // The token limit: the open sentence is dropped, the finished one gets its marker.
+        shown.push_str(&a.finish(&shown, false, false));
+        assert_eq!(shown, "The regulator hums at 1742 hertz [S1].");
+        assert_eq!(a.dropped(), "It is loud and");
+        // A limit reached right after a full stop keeps the sentence.
+        let mut g = LoopGuard::default();
+        assert_eq!(
+            g.push("It is loud. It hums [S1].").as_deref(),
+            Some("It is loud.")
+        );
+        assert_eq!(g.finish(false), " It hums [S1].");
+        assert_eq!(g.dropped(), "");
+        // Version numbers and file names do not end a sentence; a line does.
+        let mut g = LoopGuard::default();
+        assert_eq!(g.push("Use llama.cpp 2.5 here").as_deref(), Some(""));
+        assert_eq!(
+            g.push("\n- then").as_deref(),
+            Some("Use llama.cpp 2.5 here\n")
+        );
+        assert_eq!(g.finish(false), "");
+        assert_eq!(g.dropped(), "- then");
+        for (text, ends) in [
+            ("Done.", true),
+            ("Done.\" [S2]  ", true),
+            ("  ", true),
+            ("(see above).)", true),
+            ("It is", false),
+            ("It costs 2", false),
+            ("The steps are:", false),
+        ] {
+            assert_eq!(ends_sentence(text), ends, "{text:?}");
+        }
     }
 
     #[test]

@@ -25,9 +25,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &Ui) -> Result<Exit> {
-    // `--model medium|large` names a route: bench the file it answers with (`auto` starts
-    // with the small one), not `llm.model` whatever the route.
-    let tier = crate::engine::fixed_tier(settings.llm.route);
+    // `--model medium|large` names a route: bench the file it answers with (`auto`: the one
+    // it picks within the budget), not `llm.model` whatever the route.
+    let tier = crate::engine::fixed_route(settings).model;
     let path = settings.generator(tier).1;
     let llm = Llm::load(path, false)?;
     let t = threads(settings.llm.threads);

@@ -118,6 +118,7 @@ fn models(s: &Settings, memo: &Path, out: &mut Vec<Check>) -> Option<Embedder> {
     for tier in crate::config::Tier::ALL {
         generator_checks(s, tier, memo, out);
     }
+    routing(s, out);
     embedder
 }
 
@@ -170,13 +171,13 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
         return;
     }
     if !required && !path.exists() {
-        let flag = if tier == crate::config::Tier::Medium {
-            "--medium"
+        let fetch = if tier == crate::config::Tier::Medium {
+            "scripts/setup.sh --small"
         } else {
-            "--large"
+            "scripts/setup.sh"
         };
         out.push(check(name, Status::Warn, format!(
-            "{} not installed: --model {} fails and auto routing passes it over; `scripts/setup.sh {flag}` fetches it (with --user, into the user's model folder)",
+            "{} not installed: --model {} fails and auto routing passes it over; `{fetch}` fetches it (with --user, into the user's model folder)",
             path.display(),
             tier.name(),
         )));
@@ -194,6 +195,49 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
         Err(e) => check(name, Status::Fail, format!("{e:#}")),
     });
     out.extend(checksum(path, memo));
+}
+
+/// The speeds earlier answers measured of each local generator on this machine, and the
+/// generator the route answers with now (`auto`: the best that fits `llm.answer_budget_s`).
+fn routing(s: &Settings, out: &mut Vec<Check>) {
+    use crate::config::{Backend, Tier};
+    let record = crate::engine::speeds::Speeds::in_dir(&s.index.state_dir());
+    let mut seen = Vec::new();
+    for tier in Tier::ALL {
+        let (backend, path) = s.generator(tier);
+        if backend != Backend::Local || !path.is_file() {
+            continue;
+        }
+        seen.push(match record.figures(path) {
+            Some(f) => format!(
+                "{}: prefill {:.0} tok/s, decode {:.1} tok/s, load {:.1} s (median of {} answers): a typical question {:.1} s",
+                tier.name(),
+                f.prefill_tok_per_s,
+                f.decode_tok_per_s,
+                f.load_ms / 1e3,
+                f.answers,
+                f.typical_s()
+            ),
+            None => format!("{}: not measured here yet (its next answer measures it)", tier.name()),
+        });
+    }
+    if !seen.is_empty() {
+        out.push(check("generator speeds", Status::Ok, seen.join("; ")));
+    }
+    let chosen = crate::engine::fixed_route(s);
+    let route = serde_json::to_value(s.llm.route)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    out.push(check(
+        "route",
+        Status::Ok,
+        format!(
+            "llm.route = {route}: the {} generator answers ({})",
+            chosen.model.name(),
+            chosen.reason
+        ),
+    ));
 }
 
 pub(crate) fn dir_bytes(p: &Path) -> u64 {

@@ -206,6 +206,12 @@ pub struct LlmSettings {
     pub large_model: PathBuf,
     /// Which generator answers: small | medium | large | auto (see docs/how-it-works.md: routing).
     pub route: Route,
+    /// `auto` takes the best installed generator whose measured speed here answers a typical
+    /// question within this many seconds.
+    pub answer_budget_s: f64,
+    /// `auto` sends a question whose best span is at least this similar to the small
+    /// generator (0 = off: the budget alone decides).
+    pub route_similarity: f32,
     /// Context window in tokens: prompt + answer. 0 = the model's training context.
     pub n_ctx: u32,
     /// Prompt tokens per llama.cpp decode call; prefill slices and cache reuse are aligned
@@ -414,7 +420,9 @@ impl Default for LlmSettings {
             model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             medium_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
             large_model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf".into(),
-            route: Route::Small,
+            route: Route::Auto,
+            answer_budget_s: 20.0,
+            route_similarity: 0.0,
             n_ctx: 2048,
             n_batch: 128,
             threads: 0,

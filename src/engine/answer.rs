@@ -110,6 +110,7 @@ pub(super) fn abstained(question: &str, timings: Timings, ranked: &[Ranked]) -> 
         abstained: true,
         best_similarity: best_similarity(ranked),
         stop: None,
+        dropped_text: String::new(),
         timings,
         model: None,
     }

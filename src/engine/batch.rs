@@ -142,7 +142,7 @@ impl Answerer {
                     &r.prep,
                     r.sources.clone(),
                     &raw,
-                    (&d.prefill, &decode, stream.added_citations()),
+                    (&d.prefill, &decode, super::generate::Ended::of(&stream)),
                     r.so_far.clone(),
                 )
             }));

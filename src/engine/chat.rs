@@ -15,6 +15,8 @@ use crate::retrieve::Query;
 pub struct Chat<'e> {
     engine: &'e Answerer,
     model: usize,
+    /// The generator every turn takes, and why.
+    route: route::Route,
     /// The local generator's context (none for a remote one).
     session: Option<Session<'e>>,
     /// Prompt tokens available to a turn (the window less the answer's reserve).
@@ -25,10 +27,15 @@ pub struct Chat<'e> {
 }
 
 impl<'e> Chat<'e> {
-    /// One generator for the whole chat (its KV cache is the point): `auto` routing is per
-    /// question, so chat uses the small model unless the large one is asked for.
+    /// One generator for the whole chat (its KV cache is the point): the one the route
+    /// names, or with `auto` the best within the budget when the chat starts.
     pub fn open(engine: &'e Answerer) -> Result<Chat<'e>> {
-        let model = engine.model(super::fixed_tier(engine.settings.llm.route))?;
+        let chosen = super::fixed_route(&engine.settings);
+        let route = route::Route {
+            model: chosen.model,
+            reason: format!("chat keeps one generator for every turn; {}", chosen.reason),
+        };
+        let model = engine.model(route.model)?;
         let loaded = engine.loaded(model);
         let (params, reserve) = engine.window(loaded)?;
         let session = match loaded.local() {
@@ -38,6 +45,7 @@ impl<'e> Chat<'e> {
         Ok(Chat {
             engine,
             model,
+            route,
             session,
             budget: params.n_ctx as usize - reserve,
             history: Vec::new(),
@@ -63,7 +71,7 @@ impl<'e> Chat<'e> {
             Ok(r) => r,
             Err(abstention) => return Ok(abstention),
         };
-        let tier = super::fixed_tier(engine.settings.llm.route);
+        let tier = self.route.model;
         let ranked = engine.shape(question, engine.readable(tier, &r.ranked))?;
         let prep = self.pack(question, &ranked)?;
         let sources = super::announce(&prep, r.so_far.timings.retrieval_ms, on)?;
@@ -123,12 +131,8 @@ impl<'e> Chat<'e> {
             &count,
             style,
         );
-        let s = &self.engine.settings.llm;
         Ok(Prepared {
-            route: route::Route {
-                model: super::fixed_tier(s.route),
-                reason: "chat keeps one generator for every turn".into(),
-            },
+            route: self.route.clone(),
             model: self.model,
             packed,
             best_similarity: super::best_similarity(ranked),

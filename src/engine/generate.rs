@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::answer::{evidence, generation_timings, sources_out};
+use super::speeds::{Sample, Speeds};
 use super::{Answer, Answerer, Event, ModelOut, On, Prepared, SoFar, SourceOut};
 use crate::ask::{cite, stream};
 use crate::llm::{
@@ -103,7 +104,26 @@ impl Answerer {
             Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
         };
         let (answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
+        self.record_speed(prep.model, &answer.timings);
         Ok(answer)
+    }
+
+    /// Adds a one-shot local answer's figures to its generator's measured speeds, which
+    /// `auto` routing reads (answers generated together in a batch decode slower each, by
+    /// design, and are not recorded).
+    fn record_speed(&self, model: usize, t: &crate::answer::Timings) {
+        let (slot, _) = &self.models[model];
+        if slot.backend != crate::config::Backend::Local {
+            return;
+        }
+        let load_ms = super::lock(&self.load_ms[model]).take();
+        let prefilled = t.prompt_tokens.saturating_sub(t.cached_tokens);
+        let sample = Sample::of(
+            (prefilled, t.prefill_ms),
+            (t.generated_tokens, t.decode_ms),
+            load_ms,
+        );
+        Speeds::in_dir(&self.settings.index.state_dir()).record(&slot.path, sample);
     }
 
     /// [`Answerer::stream_checked`] on a remote generator: the whole prompt is sent, and the
@@ -144,7 +164,7 @@ impl Answerer {
     ) -> Result<(Answer, String)> {
         let texts = prep.packed.texts();
         let mut prefill = Prefill::default();
-        let (raw, decode, added_citations) = self.stream(&texts, on, |sampling, piece| {
+        let (raw, decode, ended) = self.stream(&texts, on, |sampling, piece| {
             let (p, d) = generate(sampling, piece)?;
             prefill = p;
             Ok(d)
@@ -154,7 +174,7 @@ impl Answerer {
             prep,
             sources,
             &raw,
-            (&prefill, &decode, added_citations),
+            (&prefill, &decode, ended),
             so_far,
         );
         Ok((answer, raw))
@@ -167,7 +187,7 @@ impl Answerer {
         prep: &Prepared,
         sources: Vec<SourceOut>,
         raw: &str,
-        (prefill, decode, added_citations): (&Prefill, &Decode, usize),
+        (prefill, decode, ended): (&Prefill, &Decode, Ended),
         so_far: SoFar,
     ) -> Answer {
         let (path, sha256) = self.loaded(prep.model).identity();
@@ -182,11 +202,12 @@ impl Answerer {
             citations: checked.citations.clone(),
             evidence,
             invalid_citations: checked.invalid.clone(),
-            added_citations,
+            added_citations: ended.added_citations,
             uncited_sentences: checked.uncited.clone(),
             abstained: false,
             best_similarity: prep.best_similarity,
             stop: Some(decode.stop),
+            dropped_text: ended.dropped,
             timings,
             model: Some(ModelOut {
                 path,
@@ -197,14 +218,14 @@ impl Answerer {
     }
 
     /// Runs `generate` (a prefilled session's, or a remote server's), passing each piece
-    /// through the loop guard and the citer to `on`. Returns the text as generated (a
-    /// repeated tail dropped), the decode figures and how many citation markers were added.
+    /// through the loop guard and the citer to `on`. Returns the text as shown (whole
+    /// sentences, a repeated tail dropped), the decode figures and how the stream ended.
     fn stream(
         &self,
         texts: &[(usize, &str)],
         on: On<'_>,
         generate: impl FnOnce(&Sampling, &mut dyn FnMut(&str) -> bool) -> Result<Decode>,
-    ) -> Result<(String, Decode, usize)> {
+    ) -> Result<(String, Decode, Ended)> {
         let settings = &self.settings;
         let mut raw = String::new();
         let mut write_err = None;
@@ -241,7 +262,7 @@ impl Answerer {
         }
         match write_err {
             Some(e) => Err(e.into()),
-            None => Ok((raw, decode, answer.added_citations())),
+            None => Ok((raw, decode, Ended::of(&answer))),
         }
     }
 }
@@ -269,9 +290,26 @@ fn restore(
     Ok(None)
 }
 
+/// How an answer's stream ended: the markers the citer added, and the text generated but
+/// never shown (an unfinished last sentence at a limit, the start of a repeat).
+pub(super) struct Ended {
+    pub added_citations: usize,
+    pub dropped: String,
+}
+
+impl Ended {
+    pub(super) fn of(answer: &stream::AnswerStream) -> Ended {
+        Ended {
+            added_citations: answer.added_citations(),
+            dropped: answer.dropped().to_string(),
+        }
+    }
+}
+
 /// Ends an answer that was not interrupted: a repeated tail dropped, the stop reason set
-/// when the loop guard cut it, and the citer's last words added to `raw`; returns those
-/// words (still to be shown).
+/// when the loop guard cut it, the last whole sentences released (an unfinished one
+/// dropped unless the generator ended the answer itself), and the citer's last words added
+/// to `raw`; returns the text still to be shown.
 pub(super) fn settle(
     answer: &mut stream::AnswerStream,
     raw: &mut String,
@@ -284,8 +322,16 @@ pub(super) fn settle(
     if answer.looped() {
         decode.stop = StopReason::Repetition;
     }
-    let rest = answer.finish(raw, cut);
+    let whole = decode.stop == StopReason::EndOfText;
+    let rest = answer.finish(raw, cut, whole);
     raw.push_str(&rest);
+    if !answer.dropped().is_empty() {
+        tracing::info!(
+            stop = ?decode.stop,
+            dropped = answer.dropped(),
+            "the answer ends at its last whole sentence"
+        );
+    }
     rest
 }
 

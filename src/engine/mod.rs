@@ -10,6 +10,7 @@ mod chat;
 mod draft;
 mod generate;
 mod shared;
+pub mod speeds;
 pub use chat::Chat;
 pub use shared::{batcher, Batcher};
 
@@ -51,6 +52,9 @@ pub struct Answerer {
     /// `llm.large_model`, each local or remote per its backend), loaded on demand; two tiers
     /// set to the same file share the first one's slot.
     models: [(Slot, OnceLock<Generator>); 3],
+    /// How long each slot's model took to load, until the first answer on it records it
+    /// with its speeds (a one-shot `rag ask` pays the load in every answer).
+    load_ms: [Mutex<Option<f64>>; 3],
     /// Held while a generator loads, so two threads never load the same file twice.
     loading: Mutex<()>,
     /// The draft model of `llm.speculative = "draft"`, loaded on first use.
@@ -100,6 +104,7 @@ impl Answerer {
             mode,
             retriever: Retriever::open(settings, mode)?,
             models: Tier::ALL.map(|t| (slot(settings, t), OnceLock::new())),
+            load_ms: Default::default(),
             loading: Mutex::new(()),
             draft: OnceLock::new(),
             vocab_only,
@@ -137,7 +142,9 @@ impl Answerer {
             let memo = self.settings.index.state_dir().join("model-hashes.json");
             let hash = |path: &std::path::Path| crate::hashcache::sha256(path, &memo);
             let s = &self.settings.llm;
+            let started = Instant::now();
             let loaded = Generator::open(want.backend, &want.path, s, self.vocab_only, hash)?;
+            *lock(&self.load_ms[i]) = Some(started.elapsed().as_secs_f64() * 1e3);
             let _ = self.models[i].1.set(loaded);
         }
         Ok(i)
@@ -156,7 +163,7 @@ impl Answerer {
     /// Loads the generator `route` would start with, so the first request does not wait
     /// for it (`rag serve`).
     pub fn preload(&self) -> Result<()> {
-        self.model(fixed_tier(self.settings.llm.route)).map(|_| ())
+        self.model(fixed_route(&self.settings).model).map(|_| ())
     }
 
     /// Re-opens the index when an ingest has committed a new version since it was opened;
@@ -179,12 +186,12 @@ impl Answerer {
     pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
         let best = best_similarity(ranked);
         let s = &self.settings.llm;
-        let settings = &self.settings;
-        let installed = |t| match settings.generator(t) {
-            (Backend::Openai, _) => true,
-            (Backend::Local, path) => path.is_file(),
-        };
-        let route = route::route(s.route, best, installed);
+        let route = route::route(
+            s.route,
+            best,
+            budget(&self.settings),
+            speeds(&self.settings),
+        );
         tracing::info!(model = route.model.name(), reason = %route.reason, "routed");
         let model = self.model(route.model)?;
         let ranked = self.shape(question, self.readable(route.model, ranked))?;
@@ -353,15 +360,33 @@ impl Answerer {
     }
 }
 
-/// The generator a fixed route names; `auto` starts from the small one (chat keeps it, and
-/// `rag serve` preloads it).
-pub(crate) fn fixed_tier(route: crate::config::Route) -> Tier {
-    use crate::config::Route;
-    match route {
-        Route::Small | Route::Auto => Tier::Small,
-        Route::Medium => Tier::Medium,
-        Route::Large => Tier::Large,
+/// The generator every question of a chat, a server's preload and `bench-llm` take: the
+/// one a fixed route names, or the best one `auto` finds within the budget.
+pub(crate) fn fixed_route(settings: &Settings) -> route::Route {
+    let (speed, s) = (speeds(settings), &settings.llm);
+    route::route(s.route, None, budget(settings), speed)
+}
+
+/// `auto`'s budget rule from the settings.
+fn budget(settings: &Settings) -> route::Budget {
+    route::Budget {
+        budget_s: settings.llm.answer_budget_s,
+        similarity: settings.llm.route_similarity,
     }
+}
+
+/// What routing knows of each generator: missing, not measured yet, or its measured speed
+/// here (a server counts as present and unmeasured: its speed is the server's).
+pub(crate) fn speeds(settings: &Settings) -> impl Fn(Tier) -> route::Speed + '_ {
+    let record = speeds::Speeds::in_dir(&settings.index.state_dir());
+    move |tier| match settings.generator(tier) {
+        (Backend::Openai, _) => route::Speed::Unmeasured,
+        (Backend::Local, path) => record.speed(path),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Generator `tier`'s backend and file.

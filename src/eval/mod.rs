@@ -20,6 +20,7 @@ use crate::config::Settings;
 use crate::engine::Answer;
 use crate::engine::Answerer;
 use crate::exit::{Exit, ExitError};
+use crate::llm::StopReason;
 use crate::retrieve::Query;
 use crate::retrieve::Ranked;
 use crate::ui::Ui;
@@ -80,6 +81,10 @@ struct CaseAnswer {
     best_similarity: Option<f32>,
     /// The generator's mean probability of its first tokens (`timings.confidence`).
     confidence: Option<f32>,
+    /// Why generation stopped, and what it wrote that the answer leaves out (`ask --json`'s
+    /// `stop` and `dropped_text`).
+    stop: Option<crate::llm::StopReason>,
+    dropped_text: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -388,6 +393,8 @@ fn answer_case(
         }),
         best_similarity: a.best_similarity,
         confidence: a.timings.confidence,
+        stop: a.stop,
+        dropped_text: a.dropped_text,
         text: a.answer,
     })
 }
@@ -455,6 +462,17 @@ fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
         abstained: metrics::mean(answers.iter().map(|a| flag(a.abstained))).unwrap_or(0.0),
         false_refusals: metrics::mean(answered.iter().map(|a| flag(a.refusal))),
         uncited_per_answer: metrics::mean(answered.iter().map(|a| Some(a.uncited as f64))),
+        repetition_stops: metrics::mean(
+            answered
+                .iter()
+                .map(|a| flag(a.stop == Some(StopReason::Repetition))),
+        ),
+        limit_stops: metrics::mean(answered.iter().map(|a| {
+            flag(matches!(
+                a.stop,
+                Some(StopReason::MaxTokens | StopReason::ContextFull)
+            ))
+        })),
         prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
         prompt_tokens_p95: metrics::percentile(&tokens, 95.0),
         ttft_ms_p50: metrics::percentile(&ttft, 50.0),

@@ -39,6 +39,14 @@ pub struct AnswerSummary {
     pub false_refusals: Option<f64>,
     /// Uncited sentences per answer.
     pub uncited_per_answer: Option<f64>,
+    /// Share of answers a repetition stop ended (a sentence that repeated an earlier one,
+    /// or a loop of tokens).
+    #[serde(default)]
+    pub repetition_stops: Option<f64>,
+    /// Share of answers that reached their token limit or a full context (their unfinished
+    /// last sentence left out).
+    #[serde(default)]
+    pub limit_stops: Option<f64>,
     pub prompt_tokens_p50: Option<f64>,
     pub prompt_tokens_p95: Option<f64>,
     pub ttft_ms_p50: Option<f64>,
@@ -58,7 +66,13 @@ pub struct AnswerSummary {
 }
 
 /// Metrics where lower is better: a rise is the regression.
-const LOWER_IS_BETTER: &[&str] = &["abstained", "false_refusals", "uncited_per_answer"];
+const LOWER_IS_BETTER: &[&str] = &[
+    "abstained",
+    "false_refusals",
+    "uncited_per_answer",
+    "repetition_stops",
+    "limit_stops",
+];
 /// Metrics never gated on a regression: machine speed, not quality.
 const NOT_GATED: &[&str] = &[
     "prompt_tokens_p50",
@@ -103,6 +117,8 @@ pub fn flatten(
             ("abstained", Some(a.abstained)),
             ("false_refusals", a.false_refusals),
             ("uncited_per_answer", a.uncited_per_answer),
+            ("repetition_stops", a.repetition_stops),
+            ("limit_stops", a.limit_stops),
             ("prompt_tokens_p50", a.prompt_tokens_p50),
             ("prompt_tokens_p95", a.prompt_tokens_p95),
             ("ttft_ms_p50", a.ttft_ms_p50),
@@ -299,6 +315,12 @@ fn answer_lines(t: &mut String, a: &AnswerSummary, deltas: Option<&BTreeMap<Stri
         c("abstained", Some(a.abstained)),
         c("false_refusals", a.false_refusals),
         cell(a.uncited_per_answer),
+    );
+    let _ = writeln!(
+        t,
+        "stopped by a repetition {} · at the token limit {}",
+        c("repetition_stops", a.repetition_stops),
+        c("limit_stops", a.limit_stops),
     );
     let _ = writeln!(
         t,

@@ -81,7 +81,7 @@ pub struct Llm {
 fn check_gguf(path: &Path) -> Result<()> {
     let mut f = std::fs::File::open(path).map_err(|e| {
         ExitError::model(format!(
-            "model file {} cannot be opened ({e}); {} (`--medium` or `--large` for those generators) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
+            "model file {} cannot be opened ({e}); {} (it fetches the 1.5B too; `--small` the 0.5B) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
             path.display(),
             crate::config::setup_hint()
         ))

@@ -69,9 +69,12 @@ impl Project {
 
     pub fn rag(&self) -> Command {
         let mut cmd = Command::cargo_bin("rag").expect("the rag binary");
+        // No user model folder: a generator installed for the user (`make install`) must not
+        // change which one `auto` routes to in a test.
         cmd.current_dir(self.path())
             .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default());
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("XDG_DATA_HOME", self.path().join(".no-user-data"));
         cmd
     }
 

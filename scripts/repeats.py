@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Counts repeated sentences in the answers of saved `rag eval --answers --save-json` runs.
+
+    python3 scripts/repeats.py RUN.json [RUN.json ...]
+
+A sentence repeats when, after normalisation (lower case, words only, citation markers and
+list numbers left out), it has three words or more and either says the same words as an
+earlier sentence of the answer, or holds a stretch of 6 words said earlier in the answer
+(its own earlier words included): stricter than the guard's 8 words. This is an independent count of what rag's loop guard is
+meant to prevent, so it can be run on answers from any build, before and after a change.
+Prints one row per file: answers, repeated sentences per answer, answers with a repeat,
+keywords, and the stop reasons when the run recorded them.
+"""
+import json
+import re
+import sys
+from collections import Counter
+
+STRETCH = 6
+
+
+def sentences(text):
+    # A sentence ends at . ! ? before whitespace, or at a line end.
+    return [s for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def words(sentence):
+    w = [x for x in re.findall(r"[0-9a-z]+", sentence.lower()) if not re.fullmatch(r"s\d+", x)]
+    while w and w[0].isdigit():
+        w.pop(0)
+    return w
+
+
+def runs(ws, n=STRETCH):
+    return {tuple(ws[i:i + n]) for i in range(len(ws) - n + 1)}
+
+
+def repeats(text):
+    seen_sentences, seen_runs, count = set(), set(), 0
+    for s in sentences(text):
+        w = words(s)
+        if len(w) < 3:
+            continue
+        own = set()
+        repeated = tuple(w) in seen_sentences
+        for i in range(len(w) - STRETCH + 1):
+            r = tuple(w[i:i + STRETCH])
+            if r in seen_runs or r in own:
+                repeated = True
+            own.add(r)
+        count += repeated
+        seen_sentences.add(tuple(w))
+        seen_runs |= own
+    return count
+
+
+def main(paths):
+    print("| run | answers | repeated sentences per answer | answers with a repeat | keywords | stops |")
+    print("|---|---|---|---|---|---|")
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        answers = [r["answer"] for r in run["results"] if r.get("answer") and not r["answer"]["abstained"]]
+        reps = [repeats(a["text"]) for a in answers]
+        kw = [a["keywords"] for a in answers if a.get("keywords") is not None]
+        stops = Counter(a.get("stop") or "not recorded" for a in answers)
+        n = max(len(answers), 1)
+        print(
+            f"| {path} | {len(answers)} | {sum(reps) / n:.3f} | {sum(1 for r in reps if r)} "
+            f"| {run.get('answers', {}).get('keywords')} | "
+            + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
+            + " |"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
