@@ -14,11 +14,7 @@ dest=${1:-$HOME/.cache/rag/eval/sqlite-doc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 say() { printf 'devset: %s\n' "$*" >&2; }
-say "fetching sqlite3-doc with apt-get download"
-(cd "$tmp" && apt-get download sqlite3-doc >/dev/null 2>&1) \
-  || { apt-get update -qq && (cd "$tmp" && apt-get download sqlite3-doc >/dev/null); } \
-  || { say "error: apt-get could not download sqlite3-doc (is Debian's archive reachable?)"; exit 1; }
-dpkg-deb -x "$tmp"/sqlite3-doc_*.deb "$tmp/x"
+"$(dirname "${BASH_SOURCE[0]}")/deb-extract.sh" sqlite3-doc "$tmp/x"
 src=$tmp/x/usr/share/doc/sqlite3
 rm -rf "$dest.part"
 mkdir -p "$dest.part"

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# `make eval`: rag's quality on its dev set (eval/sqlite/, questions over SQLite's own
-# documentation, fetched by scripts/devset.sh). Ingests the corpus into a project under
-# $EVAL_DIR (incremental after the first run), then runs `rag eval` on the tuning part and
-# on the held-out part and prints both tables. JSON results are kept under $EVAL_DIR.
+# `make eval`: rag's quality on its three dev sets, each over a real manual nobody here wrote:
+# eval/sqlite/ (SQLite's documentation, HTML, scripts/devset.sh), eval/python/ (the Python 3.11
+# documentation's reST sources, scripts/devset-python.sh) and eval/bash/ (the Bash reference
+# manual, one text file per section, scripts/devset-bash.sh). Each corpus is ingested into its
+# own project under $EVAL_DIR (incremental after the first run), then `rag eval` runs on the
+# tuning part and on the held-out part of each set. JSON results are kept in each project.
 #
 #   make eval                       retrieval only (about a minute after the first ingest)
-#   ANSWERS=1 make eval             also generate and score every answer (small model)
-#   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=medium: the 0.5B;
-#                                   both from scripts/setup.sh --large)
+#   ANSWERS=1 make eval             also generate and score every answer (the default route,
+#                                   auto: the best generator that fits llm.answer_budget_s)
+#   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=small: the 135M,
+#                                   MODEL=medium: the 0.5B, from scripts/setup.sh --large)
+#   SETS=python make eval           one set (sqlite, python, bash; default all three)
 #   EVAL_ARGS="--min hit@5=0.9" make eval   extra flags for rag eval
 set -euo pipefail
 
@@ -16,21 +20,33 @@ target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 dir=${EVAL_DIR:-$HOME/.cache/rag/eval}
 [ -x "$rag" ] || { echo "eval: build first (make build)" >&2; exit 1; }
-"$root/scripts/devset.sh" "$dir/sqlite-doc"
-
-# A project whose rag.toml is the repository's, with the models' paths made absolute.
-sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$dir/rag.toml"
-(cd "$dir" && "$rag" ingest sqlite-doc)
+# SETS="sqlite python bash" (the default) picks the dev sets; each is its own project.
+sets=${SETS:-sqlite python bash}
 
 args=()
-[ -n "${ANSWERS:-}" ] && args+=(--answers --model "${MODEL:-small}")
+[ -n "${ANSWERS:-}" ] && args+=(--answers --model "${MODEL:-auto}")
 # shellcheck disable=SC2206
 args+=(${EVAL_ARGS:-})
-tag=${MODEL:-small}
+tag=${MODEL:-auto}
 [ -n "${ANSWERS:-}" ] || tag=retrieval
 status=0
-for part in dev heldout; do
-  echo "== eval/sqlite/$part.yaml =="
-  (cd "$dir" && "$rag" eval "${args[@]}" --save-json "$dir/$part-$tag.json" "$root/eval/sqlite/$part.yaml") || status=$?
+for set in $sets; do
+  # The SQLite project is $dir itself (its results keep their names: dev-large.json, which
+  # scripts/route_table.py reads); the others are $dir/python and $dir/bash.
+  case $set in
+    sqlite) project=$dir corpus=sqlite-doc fetch=devset.sh ;;
+    python) project=$dir/python corpus=python-doc fetch=devset-python.sh ;;
+    bash) project=$dir/bash corpus=bash-doc fetch=devset-bash.sh ;;
+    *) echo "eval: unknown set '$set' (sqlite, python, bash)" >&2; exit 2 ;;
+  esac
+  mkdir -p "$project"
+  "$root/scripts/$fetch" "$project/$corpus"
+  # A project whose rag.toml is the repository's, with the models' paths made absolute.
+  sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$project/rag.toml"
+  (cd "$project" && "$rag" ingest "$corpus")
+  for part in dev heldout; do
+    echo "== eval/$set/$part.yaml =="
+    (cd "$project" && "$rag" eval "${args[@]}" --save-json "$project/$part-$tag.json" "$root/eval/$set/$part.yaml") || status=$?
+  done
 done
 exit $status

@@ -278,6 +278,28 @@ mod tests {
         assert!(parse("[]").unwrap_err().contains("no cases"));
     }
 
+    /// The three dev sets `make eval` runs parse, hold 60 cases or more each with at least
+    /// 20 held out, and never share a case between their two parts.
+    #[test]
+    fn the_dev_sets_parse_and_keep_their_parts_apart() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("eval");
+        for set in ["sqlite", "python", "bash"] {
+            let dev = load(&root.join(set).join("dev.yaml")).unwrap();
+            let held = load(&root.join(set).join("heldout.yaml")).unwrap();
+            assert!(dev.len() + held.len() >= 60 && held.len() >= 20, "{set}");
+            let ids: std::collections::HashSet<&str> = dev.iter().map(|c| c.id.as_str()).collect();
+            assert_eq!(ids.len(), dev.len(), "{set}: ids are unique");
+            for c in &held {
+                assert!(
+                    !ids.contains(c.id.as_str()),
+                    "{set}: {} in both parts",
+                    c.id
+                );
+                assert!(!c.case.answer_contains.is_empty(), "{set}: {}", c.id);
+            }
+        }
+    }
+
     #[test]
     fn expected_sources_match_names_paths_globs_and_lines() {
         let m = |spec: &str, path: &str, a: u32, b: u32| {
