@@ -8,8 +8,9 @@ list numbers left out), it has three words or more and either says the same word
 earlier sentence of the answer, or holds a stretch of 6 words said earlier in the answer
 (its own earlier words included): stricter than the guard's 8 words. This is an independent count of what rag's loop guard is
 meant to prevent, so it can be run on answers from any build, before and after a change.
-Prints one row per file: answers, repeated sentences per answer, answers with a repeat,
-keywords, and the stop reasons when the run recorded them.
+Prints one row per file: answers, sentences that say the same words as an earlier one per
+answer, sentences that repeat either way per answer, answers with a repeat, keywords, and the
+stop reasons when the run recorded them.
 """
 import json
 import re
@@ -35,7 +36,9 @@ def runs(ws, n=STRETCH):
     return {tuple(ws[i:i + n]) for i in range(len(ws) - n + 1)}
 
 
-def repeats(text):
+def repeats(text, stretches=True):
+    """Sentences that repeat: the same words as an earlier one, or (with `stretches`) a
+    stretch of STRETCH words said before."""
     seen_sentences, seen_runs, count = set(), set(), 0
     for s in sentences(text):
         w = words(s)
@@ -45,7 +48,7 @@ def repeats(text):
         repeated = tuple(w) in seen_sentences
         for i in range(len(w) - STRETCH + 1):
             r = tuple(w[i:i + STRETCH])
-            if r in seen_runs or r in own:
+            if stretches and (r in seen_runs or r in own):
                 repeated = True
             own.add(r)
         count += repeated
@@ -55,18 +58,19 @@ def repeats(text):
 
 
 def main(paths):
-    print("| run | answers | repeated sentences per answer | answers with a repeat | keywords | stops |")
-    print("|---|---|---|---|---|---|")
+    print("| run | answers | sentences said twice / answer | repeating either way (same words or a 6-word stretch) / answer | answers with either | keywords | stops |")
+    print("|---|---|---|---|---|---|---|")
     for path in paths:
         with open(path) as f:
             run = json.load(f)
         answers = [r["answer"] for r in run["results"] if r.get("answer") and not r["answer"]["abstained"]]
+        same = [repeats(a["text"], stretches=False) for a in answers]
         reps = [repeats(a["text"]) for a in answers]
         kw = [a["keywords"] for a in answers if a.get("keywords") is not None]
         stops = Counter(a.get("stop") or "not recorded" for a in answers)
         n = max(len(answers), 1)
         print(
-            f"| {path} | {len(answers)} | {sum(reps) / n:.3f} | {sum(1 for r in reps if r)} "
+            f"| {path} | {len(answers)} | {sum(same) / n:.3f} | {sum(reps) / n:.3f} | {sum(1 for r in reps if r)} "
             f"| {run.get('answers', {}).get('keywords')} | "
             + ", ".join(f"{k} {v}" for k, v in sorted(stops.items()))
             + " |"
