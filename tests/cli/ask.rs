@@ -762,8 +762,8 @@ fn the_readme_example_question_cites_the_file_the_readme_shows() {
     let session = &readme[readme.find("## Example session").expect("the section")..];
     let question = session
         .lines()
-        .find_map(|l| l.strip_prefix("$ rag ask \"")?.split('"').next())
-        .expect("a `$ rag ask \"…\"` line");
+        .find_map(|l| l.strip_prefix("$ rag ask ")?.split('"').nth(1))
+        .expect("a `$ rag ask … \"…\"` line");
     let cited = session
         .lines()
         .map(str::trim)
