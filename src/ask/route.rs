@@ -85,7 +85,7 @@ pub fn route(
 }
 
 /// The best installed generator that answers a typical question within `budget_s`.
-pub fn within_budget(budget_s: f64, speed: &impl Fn(Tier) -> Speed) -> Route {
+fn within_budget(budget_s: f64, speed: &impl Fn(Tier) -> Speed) -> Route {
     let mut slower = Vec::new();
     for tier in [Tier::Large, Tier::Medium, Tier::Small] {
         let reason = match speed(tier) {

@@ -201,7 +201,7 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
 /// generator the route answers with now (`auto`: the best that fits `llm.answer_budget_s`).
 fn routing(s: &Settings, out: &mut Vec<Check>) {
     use crate::config::{Backend, Tier};
-    let record = crate::engine::speeds::Speeds::in_dir(&s.index.state_dir());
+    let record = crate::engine::speeds::Speeds::in_dir(&s.index.state_dir()).read();
     let mut seen = Vec::new();
     for tier in Tier::ALL {
         let (backend, path) = s.generator(tier);
@@ -225,10 +225,7 @@ fn routing(s: &Settings, out: &mut Vec<Check>) {
         out.push(check("generator speeds", Status::Ok, seen.join("; ")));
     }
     let chosen = crate::engine::fixed_route(s);
-    let route = serde_json::to_value(s.llm.route)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
+    let route = format!("{:?}", s.llm.route).to_lowercase();
     out.push(check(
         "route",
         Status::Ok,

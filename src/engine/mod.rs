@@ -377,8 +377,8 @@ fn budget(settings: &Settings) -> route::Budget {
 
 /// What routing knows of each generator: missing, not measured yet, or its measured speed
 /// here (a server counts as present and unmeasured: its speed is the server's).
-pub(crate) fn speeds(settings: &Settings) -> impl Fn(Tier) -> route::Speed + '_ {
-    let record = speeds::Speeds::in_dir(&settings.index.state_dir());
+fn speeds(settings: &Settings) -> impl Fn(Tier) -> route::Speed + '_ {
+    let record = speeds::Speeds::in_dir(&settings.index.state_dir()).read();
     move |tier| match settings.generator(tier) {
         (Backend::Openai, _) => route::Speed::Unmeasured,
         (Backend::Local, path) => record.speed(path),

@@ -90,18 +90,58 @@ impl Speeds {
         }
     }
 
-    fn read(&self) -> Stored {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+    /// The file as it is now: read once per routing decision, however many generators
+    /// are asked about.
+    pub fn read(&self) -> Record {
+        Record(
+            std::fs::read(&self.path)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default(),
+        )
     }
 
+    /// [`Record::figures`] of the file as it is now.
+    #[cfg(test)]
+    fn figures(&self, model: &Path) -> Option<Figures> {
+        self.read().figures(model)
+    }
+
+    /// [`Record::speed`] of the file as it is now.
+    #[cfg(test)]
+    fn speed(&self, model: &Path) -> Speed {
+        self.read().speed(model)
+    }
+
+    /// Adds one answer's sample for `model`. Best effort: a speeds file that cannot be
+    /// written costs a later measurement, never an answer.
+    pub fn record(&self, model: &Path, sample: Sample) {
+        let Some(k) = key(model) else { return };
+        if sample.is_empty() {
+            return;
+        }
+        let Record(mut stored) = self.read();
+        let samples = stored.models.entry(k).or_default();
+        samples.push(sample);
+        let extra = samples.len().saturating_sub(KEEP);
+        samples.drain(..extra);
+        let written = serde_json::to_vec_pretty(&stored)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| crate::atomic::write(&self.path, &b));
+        if let Err(e) = written {
+            tracing::debug!("generator speeds not saved: {e:#}");
+        }
+    }
+}
+
+/// The samples of a speeds file, read.
+pub struct Record(Stored);
+
+impl Record {
     /// The figures measured for the generator in `model`, once prefill and decode both
     /// have a sample.
     pub fn figures(&self, model: &Path) -> Option<Figures> {
-        let stored = self.read();
-        let samples = stored.models.get(&key(model)?)?;
+        let samples = self.0.models.get(&key(model)?)?;
         let median = |f: fn(&Sample) -> Option<f64>| {
             let mut v: Vec<f64> = samples.iter().filter_map(f).collect();
             v.sort_by(f64::total_cmp);
@@ -123,26 +163,6 @@ impl Speeds {
         match self.figures(model) {
             Some(f) => Speed::Typical(f.typical_s()),
             None => Speed::Unmeasured,
-        }
-    }
-
-    /// Adds one answer's sample for `model`. Best effort: a speeds file that cannot be
-    /// written costs a later measurement, never an answer.
-    pub fn record(&self, model: &Path, sample: Sample) {
-        let Some(k) = key(model) else { return };
-        if sample.is_empty() {
-            return;
-        }
-        let mut stored = self.read();
-        let samples = stored.models.entry(k).or_default();
-        samples.push(sample);
-        let extra = samples.len().saturating_sub(KEEP);
-        samples.drain(..extra);
-        let written = serde_json::to_vec_pretty(&stored)
-            .map_err(anyhow::Error::from)
-            .and_then(|b| crate::atomic::write(&self.path, &b));
-        if let Err(e) = written {
-            tracing::debug!("generator speeds not saved: {e:#}");
         }
     }
 }
