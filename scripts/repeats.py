@@ -11,11 +11,20 @@ meant to prevent, so it can be run on answers from any build, before and after a
 Prints one row per file: answers, sentences that say the same words as an earlier one per
 answer, sentences that repeat either way per answer, answers with a repeat, keywords, and the
 stop reasons when the run recorded them.
+
+A second table is about the answers a repetition stop ended (#43): how many, how many of
+those had already stated every key string, and how many had a key string only in the text
+the stop left out (`dropped_text`), which is what ending the answer cost; and how many
+answers dropped a repeated sentence and went on (`repeats_dropped`, recorded since #43).
+The key strings are read from the case file the run names.
 """
 import json
+import os
 import re
 import sys
 from collections import Counter
+
+import yaml
 
 STRETCH = 6
 
@@ -77,7 +86,46 @@ def main(paths):
         )
 
 
+
+def norm(text):
+    return " ".join(text.split()).lower()
+
+
+def has_all(text, needles):
+    return all(norm(n) in norm(text) for n in needles)
+
+
+def stops(paths):
+    print()
+    print("| run | answers | repetition stops | of them, key strings already stated | key strings only in the dropped text | answers that dropped a repeat and went on |")
+    print("|---|---|---|---|---|---|")
+    for path in paths:
+        with open(path) as f:
+            run = json.load(f)
+        case_file = run.get("file", "")
+        if not os.path.exists(case_file):
+            print(f"| {path} | case file {case_file!r} not found | | | | |")
+            continue
+        with open(case_file) as f:
+            strings = {c["id"]: c.get("answer_contains") or [] for c in yaml.safe_load(f)}
+        answered = [r for r in run["results"] if r.get("answer") and not r["answer"]["abstained"]]
+        stopped = [r for r in answered if r["answer"].get("stop") == "repetition"]
+        stated = lost = 0
+        for r in stopped:
+            need, a = strings.get(r["id"], []), r["answer"]
+            if not need:
+                continue
+            if has_all(a["text"], need):
+                stated += 1
+            elif has_all(a["text"] + " " + a.get("dropped_text", ""), need):
+                lost += 1
+        went_on = sum(1 for r in answered if r["answer"].get("repeats_dropped", 0) > 0)
+        n = max(len(answered), 1)
+        print(f"| {path} | {len(answered)} | {len(stopped)} ({len(stopped) / n:.0%}) | {stated} | {lost} | {went_on} |")
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     main(sys.argv[1:])
+    stops(sys.argv[1:])

@@ -90,6 +90,10 @@ pub struct Answer {
     /// or the start of a sentence that repeated an earlier one. Empty when nothing was left out.
     #[serde(default)]
     pub dropped_text: String,
+    /// Sentences that repeated an earlier one, dropped while the answer went on (their text
+    /// is in `dropped_text`).
+    #[serde(default)]
+    pub repeats_dropped: usize,
     pub timings: Timings,
     pub model: Option<ModelOut>,
 }

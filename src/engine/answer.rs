@@ -111,6 +111,7 @@ pub(super) fn abstained(question: &str, timings: Timings, ranked: &[Ranked]) -> 
         best_similarity: best_similarity(ranked),
         stop: None,
         dropped_text: String::new(),
+        repeats_dropped: 0,
         timings,
         model: None,
     }

@@ -208,6 +208,7 @@ impl Answerer {
             best_similarity: prep.best_similarity,
             stop: Some(decode.stop),
             dropped_text: ended.dropped,
+            repeats_dropped: ended.repeats_dropped,
             timings,
             model: Some(ModelOut {
                 path,
@@ -295,6 +296,7 @@ fn restore(
 pub(super) struct Ended {
     pub added_citations: usize,
     pub dropped: String,
+    pub repeats_dropped: usize,
 }
 
 impl Ended {
@@ -302,6 +304,7 @@ impl Ended {
         Ended {
             added_citations: answer.added_citations(),
             dropped: answer.dropped().to_string(),
+            repeats_dropped: answer.skips(),
         }
     }
 }

@@ -85,6 +85,9 @@ struct CaseAnswer {
     /// `stop` and `dropped_text`).
     stop: Option<crate::llm::StopReason>,
     dropped_text: String,
+    /// Repeated sentences dropped while the answer went on.
+    #[serde(default)]
+    repeats_dropped: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -238,6 +241,7 @@ fn draw_report(
     );
     let mut runs = vec![plot::Run::from_report(&label, &this)?];
     runs.extend(earlier);
+    plot::distinct_labels(&mut runs);
     let title = format!(
         "rag eval {}",
         o.file.file_name().map_or_else(
@@ -395,6 +399,7 @@ fn answer_case(
         confidence: a.timings.confidence,
         stop: a.stop,
         dropped_text: a.dropped_text,
+        repeats_dropped: a.repeats_dropped,
         text: a.answer,
     })
 }
@@ -467,6 +472,7 @@ fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
                 .iter()
                 .map(|a| flag(a.stop == Some(StopReason::Repetition))),
         ),
+        repeats_dropped: metrics::mean(answered.iter().map(|a| flag(a.repeats_dropped > 0))),
         limit_stops: metrics::mean(answered.iter().map(|a| {
             flag(matches!(
                 a.stop,

@@ -25,6 +25,9 @@ pub struct Run {
     /// Rank (from 1) of each case's first expected source in `main_mode`, None past 10.
     pub ranks: Vec<Option<u64>>,
     pub main_mode: String,
+    /// The question set and part the run measured (`python/dev` for eval/python/dev.yaml):
+    /// what tells apart runs of one route on several sets.
+    pub set: String,
 }
 
 impl Run {
@@ -59,6 +62,7 @@ impl Run {
             hits,
             ranks,
             main_mode,
+            set: set_name(v["file"].as_str().unwrap_or_default()),
         })
     }
 
@@ -73,6 +77,30 @@ impl Run {
             |s| s.to_string_lossy().into_owned(),
         );
         Run::from_report(&label, &v).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+/// `eval/python/dev.yaml` → `python/dev`: the case file and the folder it is in.
+fn set_name(file: &str) -> String {
+    let p = std::path::Path::new(file);
+    let name = |p: Option<&std::path::Path>, stem: bool| {
+        p.and_then(|p| if stem { p.file_stem() } else { p.file_name() })
+            .map(|s| s.to_string_lossy().into_owned())
+    };
+    match (name(p.parent(), false), name(Some(p), true)) {
+        (Some(dir), Some(part)) if !dir.is_empty() => format!("{dir}/{part}"),
+        (_, part) => part.unwrap_or_default(),
+    }
+}
+
+/// Runs with the same label (one route's run saved under one name in each set's project)
+/// are named by their set as well: `python/dev: dev-auto`.
+pub fn distinct_labels(runs: &mut [Run]) {
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    for r in runs.iter_mut() {
+        if labels.iter().filter(|l| **l == r.label).count() > 1 && !r.set.is_empty() {
+            r.label = format!("{}: {}", r.set, r.label);
+        }
     }
 }
 
@@ -409,6 +437,32 @@ mod tests {
         for attr in ["src=", "href=", "url(", "@import"] {
             assert!(!page.contains(attr), "{attr} in the page");
         }
+    }
+
+    #[test]
+    fn runs_of_one_name_on_several_sets_are_told_apart_by_set() {
+        let mut runs = Vec::new();
+        for file in [
+            "/x/eval/python/dev.yaml",
+            "/x/eval/bash/dev.yaml",
+            "held.yaml",
+        ] {
+            let mut v = report(0.5, 9_000.0, &[Some(1)]);
+            v["file"] = file.into();
+            runs.push(Run::from_report("dev-auto", &v).unwrap());
+        }
+        runs.push(Run::from_report("small", &report(0.2, 4_000.0, &[Some(1)])).unwrap());
+        distinct_labels(&mut runs);
+        let labels: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "python/dev: dev-auto",
+                "bash/dev: dev-auto",
+                "held: dev-auto",
+                "small"
+            ]
+        );
     }
 
     #[test]

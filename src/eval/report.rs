@@ -43,6 +43,9 @@ pub struct AnswerSummary {
     /// or a loop of tokens).
     #[serde(default)]
     pub repetition_stops: Option<f64>,
+    /// Share of answers that dropped a sentence repeating an earlier one and went on.
+    #[serde(default)]
+    pub repeats_dropped: Option<f64>,
     /// Share of answers that reached their token limit or a full context (their unfinished
     /// last sentence left out).
     #[serde(default)]
@@ -71,6 +74,7 @@ const LOWER_IS_BETTER: &[&str] = &[
     "false_refusals",
     "uncited_per_answer",
     "repetition_stops",
+    "repeats_dropped",
     "limit_stops",
 ];
 /// Metrics never gated on a regression: machine speed, not quality.
@@ -118,6 +122,7 @@ pub fn flatten(
             ("false_refusals", a.false_refusals),
             ("uncited_per_answer", a.uncited_per_answer),
             ("repetition_stops", a.repetition_stops),
+            ("repeats_dropped", a.repeats_dropped),
             ("limit_stops", a.limit_stops),
             ("prompt_tokens_p50", a.prompt_tokens_p50),
             ("prompt_tokens_p95", a.prompt_tokens_p95),
@@ -318,8 +323,9 @@ fn answer_lines(t: &mut String, a: &AnswerSummary, deltas: Option<&BTreeMap<Stri
     );
     let _ = writeln!(
         t,
-        "stopped by a repetition {} · at the token limit {}",
+        "stopped by a repetition {} · a repeated sentence dropped {} · at the token limit {}",
         c("repetition_stops", a.repetition_stops),
+        c("repeats_dropped", a.repeats_dropped),
         c("limit_stops", a.limit_stops),
     );
     let _ = writeln!(
