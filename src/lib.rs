@@ -33,6 +33,7 @@ pub(crate) mod embed;
 pub(crate) mod engine;
 pub(crate) mod eval;
 pub mod exit;
+pub(crate) mod fetch;
 pub(crate) mod hashcache;
 pub mod ingest;
 pub mod llm;
@@ -106,6 +107,7 @@ fn flags(cli: &Cli) -> config::Flags {
         | Command::Config(_)
         | Command::Status(_)
         | Command::Completions(_)
+        | Command::Models(_)
         | Command::Man(_) => {}
     }
     f
@@ -115,6 +117,7 @@ fn flags(cli: &Cli) -> config::Flags {
 fn without_settings(cli: &Cli, ui: &ui::Ui) -> Option<Result<Exit>> {
     Some(match &cli.command {
         Command::Completions(a) => commands::completions::completions(a.shell, ui),
+        Command::Models(a) => commands::models::run(a, ui),
         Command::Man(a) => commands::completions::man_pages(&a.dir, ui),
         Command::Init(a) => commands::init::run(cli.global.config.as_deref(), a, ui),
         _ => return None,
@@ -183,7 +186,11 @@ fn dispatch(
         Command::BenchLlm(a) => c::bench::llm(settings, a.n_prompt, a.n_gen, a.reps, ui),
         Command::BenchStore(a) => c::bench::store(settings, a.chunks, ui),
         Command::BenchAnn(a) => c::bench_ann::run(settings, a, ui),
-        Command::Init(_) | Command::Config(_) | Command::Completions(_) | Command::Man(_) => {
+        Command::Init(_)
+        | Command::Config(_)
+        | Command::Completions(_)
+        | Command::Models(_)
+        | Command::Man(_) => {
             unreachable!("handled before the settings are resolved")
         }
     }

@@ -20,6 +20,8 @@ mod ingest;
 mod install;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/models.rs"]
+mod models;
 #[path = "cli/object_storage.rs"]
 mod object_storage;
 #[path = "cli/project.rs"]

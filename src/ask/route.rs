@@ -113,7 +113,7 @@ fn within_budget(budget_s: f64, speed: &impl Fn(Tier) -> Speed) -> Route {
     Route {
         model: Tier::Small,
         reason: if slower.is_empty() {
-            "auto: no generator installed (scripts/setup.sh)".into()
+            "auto: no generator installed (rag models fetch)".into()
         } else {
             format!(
                 "auto: none fits llm.answer_budget_s = {budget_s} ({}); the small one is the fastest",

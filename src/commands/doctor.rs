@@ -348,7 +348,7 @@ fn cache_and_disk(s: &Settings, out: &mut Vec<Check>) {
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("."));
-    let free = free_bytes(probe);
+    let free = crate::fetch::free_bytes(probe);
     let gib = free as f64 / (1u64 << 30) as f64;
     out.push(if free < 1 << 30 {
         check(
@@ -366,21 +366,6 @@ fn cache_and_disk(s: &Settings, out: &mut Vec<Check>) {
             format!("{gib:.1} GiB free under {}", probe.display()),
         )
     });
-}
-
-fn free_bytes(p: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
-        return 0;
-    };
-    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return 0;
-        }
-        st.f_bavail as u64 * st.f_frsize as u64
-    }
 }
 
 /// Runs every check; prints a table (or `--json`); exit 1 when one failed.

@@ -181,7 +181,7 @@ pub fn print_init(ui: &Ui, done: &Init, json: bool) -> Result<()> {
     }
     if !done.missing.is_empty() {
         ui.warn(&format!(
-            "no model file found for {}; run `scripts/setup.sh --user` in the rag checkout (models go to ~/.local/share/rag/models, where rag finds them from any folder), or set these keys in rag.toml",
+            "no model file found for {}; run `rag models fetch` (models go to ~/.local/share/rag/models, where rag finds them from any folder), or set these keys in rag.toml",
             done.missing.join(", ")
         ));
     }

