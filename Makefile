@@ -16,7 +16,7 @@ QUESTION ?= What does the KV cache store?
 # alone would keep the old one).
 $(foreach kv,$(shell PORTABLE=$(PORTABLE) scripts/ggml-flags.sh),$(eval export $(kv)))
 
-.PHONY: setup build demo test test-remote stress bench eval man lint install uninstall
+.PHONY: setup build demo test test-remote stress bench eval man lint install uninstall dist
 
 setup:
 	scripts/setup.sh $(SETUP_FLAGS)
@@ -78,6 +78,13 @@ install:
 
 uninstall:
 	scripts/install.sh --uninstall "$(PREFIX)"
+
+# The release tarball and SHA256SUMS in dist/ (scripts/dist.sh), from the portable build:
+# llama.cpp is rebuilt for any x86-64 CPU with AVX2 (minutes), and the next plain `make build`
+# rebuilds it for this CPU again.
+dist:
+	$(MAKE) build PORTABLE=1
+	scripts/dist.sh "$(RAG)" dist
 
 # Man pages generated from the clap definitions (rag.1 and rag-COMMAND.1).
 man: build

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # `make install` and `make uninstall`.
 #
-#   scripts/install.sh BIN PREFIX [--medium|--large]   install
+#   scripts/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]   install
 #   scripts/install.sh --uninstall PREFIX               remove what the install wrote
 #
 # Install puts the binary in PREFIX/bin, its man pages in PREFIX/share/man/man1, completion
 # scripts where bash-completion, zsh and fish look under PREFIX/share, and the models in the
 # user's model folder ($XDG_DATA_HOME/rag/models, by default ~/.local/share/rag/models) with
-# `scripts/setup.sh --user`, where rag finds them from any folder without a rag.toml. Every
+# `rag models fetch` (copying what this checkout's models/ already holds), where rag finds
+# them from any folder without a rag.toml. The release tarball (make dist) ships this script
+# as share/rag/install.sh, behind its own install.sh. Every
 # file it writes, and every folder it had to create, is listed in
 # PREFIX/share/rag/installed-files, which uninstall reads: it removes exactly those files,
 # then those folders when they are empty, and nothing else (models that were already in the
@@ -46,7 +48,7 @@ if [ "${1:-}" = --uninstall ]; then
   uninstall "$2"
   exit 0
 fi
-[ $# -ge 2 ] || die "usage: scripts/install.sh BIN PREFIX [--medium|--large]"
+[ $# -ge 2 ] || die "usage: scripts/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]"
 bin=$1 prefix=$2
 shift 2
 [ -x "$bin" ] || die "$bin is not an executable: run \`make build\` first"
@@ -90,7 +92,18 @@ put "$tmp/rag.fish" "$share/fish/vendor_completions.d/rag.fish" 644
 models=$(RAG_MODELS_DIR='' bash -c 'case ${XDG_DATA_HOME:-} in /*) echo "$XDG_DATA_HOME/rag/models" ;; *) echo "$HOME/.local/share/rag/models" ;; esac')
 mkdirs "$models/minilm"
 (cd "$models" && find . -type f | sort) >"$tmp/before"
-"$root/scripts/setup.sh" --user "$@"
+fetch=()
+for arg in "$@"; do
+  case $arg in
+    --medium | --large) fetch+=(--large) ;; # setup.sh's --medium: the 0.5B beside the 1.5B
+    --small | --minimal) fetch+=("$arg") ;;
+    --from=*) fetch+=(--from "${arg#--from=}") ;;
+    *) die "unknown argument '$arg' (--small, --minimal, --medium, --large, --from=DIR)" ;;
+  esac
+done
+# A checkout's models/ is copied from rather than fetched again.
+[ -d "$root/models" ] && fetch+=(--from "$root/models")
+"$bin" models fetch "${fetch[@]}" >/dev/null || die "the models could not be fetched (see above)"
 (cd "$models" && find . -type f | sort) >"$tmp/after"
 comm -13 "$tmp/before" "$tmp/after" | while IFS= read -r f; do
   printf 'file:%s\n' "$models/${f#./}" >>"$tmp/files"
@@ -106,4 +119,7 @@ case ":$PATH:" in
   *":$prefix/bin:"*) ;;
   *) say "$prefix/bin is not on your PATH: add it, e.g. export PATH=\"$prefix/bin:\$PATH\"" ;;
 esac
-say "try it: rag ingest ~/notes && rag ask \"a question\"   (make uninstall PREFIX=$prefix removes it)"
+undo="make uninstall PREFIX=$prefix"
+# From the release tarball (share/rag/install.sh) there is no Makefile: its install.sh undoes it.
+[ -f "$root/Makefile" ] || undo="./install.sh --uninstall $prefix"
+say "try it: rag ingest ~/notes && rag ask \"a question\"   ($undo removes it)"

@@ -120,9 +120,10 @@ fn check_works_from_any_folder(p: &Places) {
     );
 }
 
-/// `make uninstall` removes every file and folder the install made, and again is no error.
-fn check_uninstalled(p: &Places) {
-    let out = p.make("uninstall");
+/// `undo` (`make uninstall`, the tarball's `install.sh --uninstall`) removes every file and
+/// folder the install made, and again is no error.
+fn check_uninstalled(p: &Places, undo: impl Fn() -> std::process::Output) {
+    let out = undo();
     assert!(
         out.status.success(),
         "{}",
@@ -147,7 +148,7 @@ fn check_uninstalled(p: &Places) {
         "PREFIX did not exist before the install, so it goes too"
     );
     // Uninstalling again is not an error: there is nothing to remove.
-    assert!(p.make("uninstall").status.success());
+    assert!(undo().status.success());
 }
 
 #[test]
@@ -167,5 +168,89 @@ fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_noth
     assert!(out.status.success(), "{err}");
     check_installed(&p);
     check_works_from_any_folder(&p);
-    check_uninstalled(&p);
+    check_uninstalled(&p, || p.make("uninstall"));
+}
+
+/// The release tarball, packed from this test build by `make dist`'s script: the checksum
+/// file checks it, its install.sh installs from the unpacked folder alone (the models copied
+/// with `rag models fetch --from`, as a user with a local copy would), the installed rag
+/// answers from any folder, and `install.sh --uninstall` leaves nothing.
+#[test]
+fn the_release_tarball_installs_and_uninstalls_without_a_trace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dist = tmp.path().join("dist");
+    let bin = assert_cmd::cargo::cargo_bin("rag");
+    let out = Command::new(repo().join("scripts/dist.sh"))
+        .arg(&bin)
+        .arg(&dist)
+        .env("DIST_NATIVE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(&dist)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let tarball = std::fs::read_dir(&dist)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with("-x86_64-unknown-linux-gnu.tar.gz")
+        })
+        .expect("the tarball");
+    let unpacked = tmp.path().join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let ok = Command::new("tar")
+        .arg("xzf")
+        .arg(&tarball)
+        .current_dir(&unpacked)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let name = tarball
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace(".tar.gz", "");
+    let script = unpacked.join(&name).join("install.sh");
+    let p = Places {
+        prefix: tmp.path().join("prefix"),
+        data: tmp.path().join("data"),
+        home: tmp.path().join("home"),
+        work: tmp.path().join("work"),
+    };
+    for d in [&p.home, &p.work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let from = format!("--from={}", repo().join("models").display());
+    let run = |args: &[&str]| {
+        Command::new(&script)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &p.home)
+            .env("XDG_DATA_HOME", &p.data)
+            .output()
+            .unwrap()
+    };
+    let prefix = p.prefix.to_str().unwrap();
+    let out = run(&[prefix, "--minimal", &from]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("./install.sh --uninstall"), "{err}");
+    check_installed(&p);
+    check_works_from_any_folder(&p);
+    check_uninstalled(&p, || run(&["--uninstall", prefix]));
 }
