@@ -254,3 +254,34 @@ fn the_release_tarball_installs_and_uninstalls_without_a_trace() {
     check_works_from_any_folder(&p);
     check_uninstalled(&p, || run(&["--uninstall", prefix]));
 }
+
+/// The hosted release workflow cannot run here: it parses, runs on a tag, builds with
+/// `make dist` and uploads the two files scripts/dist.sh writes, under the names it writes.
+#[test]
+fn the_release_workflow_builds_and_uploads_what_make_dist_writes() {
+    let text = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
+    let v: serde_yaml::Value = serde_yaml::from_str(&text).expect("release.yml is YAML");
+    let tags = &v["on"]["push"]["tags"];
+    assert_eq!(tags[0].as_str(), Some("v*"), "{tags:?}");
+    let steps = v["jobs"]["dist"]["steps"].as_sequence().expect("steps");
+    let runs: Vec<&str> = steps.iter().filter_map(|s| s["run"].as_str()).collect();
+    assert!(runs.iter().any(|r| r.contains("make dist")), "{runs:?}");
+    let upload = steps
+        .iter()
+        .find(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("softprops/action-gh-release"))
+        })
+        .expect("an upload step");
+    let files = upload["with"]["files"].as_str().unwrap();
+    let dist = std::fs::read_to_string(repo().join("scripts/dist.sh")).unwrap();
+    assert!(dist.contains("name=rag-$version-x86_64-unknown-linux-gnu"));
+    assert!(dist.contains("tarball=$name.tar.gz") && dist.contains(">SHA256SUMS"));
+    for want in [
+        "dist/rag-*-x86_64-unknown-linux-gnu.tar.gz",
+        "dist/SHA256SUMS",
+    ] {
+        assert!(files.lines().any(|l| l.trim() == want), "{want} in {files}");
+    }
+}
