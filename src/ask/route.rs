@@ -39,7 +39,15 @@ pub enum Speed {
     Unmeasured,
     /// Seconds a typical question takes, from the answers measured here.
     Typical(f64),
+    /// The same, last measured more than [`RETRY_AFTER_S`] ago: one that was too slow then
+    /// is tried again (the machine may have been busy), so one slow moment does not pin
+    /// `auto` to a smaller generator for good.
+    Stale(f64),
 }
+
+/// How long a generator passed over as too slow stays passed over before `auto` measures it
+/// again with one answer.
+pub const RETRY_AFTER_S: u64 = 3600;
 
 /// The budget rule of `auto`: `budget_s` seconds per typical question.
 #[derive(Debug, Clone, Copy)]
@@ -93,8 +101,11 @@ fn within_budget(budget_s: f64, speed: &impl Fn(Tier) -> Speed) -> Route {
             Speed::Unmeasured => format!(
                 "auto: the best installed generator; not measured on this machine yet, so this answer measures it (budget {budget_s} s)"
             ),
-            Speed::Typical(s) if s <= budget_s => format!(
+            Speed::Typical(s) | Speed::Stale(s) if s <= budget_s => format!(
                 "auto: the best installed generator that fits the budget: a typical question takes {s:.1} s here, llm.answer_budget_s = {budget_s}"
+            ),
+            Speed::Stale(s) => format!(
+                "auto: the best installed generator; a typical question took {s:.1} s when last measured, over an hour ago (llm.answer_budget_s = {budget_s}), so this answer measures it again"
             ),
             Speed::Typical(s) => {
                 slower.push(format!("{} {s:.1} s", tier.name()));
@@ -157,6 +168,12 @@ mod tests {
         assert_eq!(r.model, Tier::Small);
         assert!(r.reason.contains("none fits"), "{}", r.reason);
         assert_eq!(pick(Missing, Missing, Missing).model, Tier::Small);
+        // Too slow over an hour ago: measured again; a stale figure within budget still fits.
+        let r = pick(Stale(31.0), Typical(18.0), Typical(4.0));
+        assert_eq!(r.model, Tier::Large);
+        assert!(r.reason.contains("measures it again"), "{}", r.reason);
+        let r = pick(Stale(9.0), Typical(18.0), Typical(4.0));
+        assert!(r.reason.contains("fits the budget"), "{}", r.reason);
         // A fixed route is the user's choice, whatever is installed.
         assert_eq!(
             route(Large, None, budget(0.0), |_| Missing).model,

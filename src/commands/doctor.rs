@@ -210,7 +210,7 @@ fn routing(s: &Settings, out: &mut Vec<Check>) {
         }
         seen.push(match record.figures(path) {
             Some(f) => format!(
-                "{}: prefill {:.0} tok/s, decode {:.1} tok/s, load {:.1} s (median of {} answers): a typical question {:.1} s",
+                "{}: prefill {:.0} tok/s, decode {:.1} tok/s, load {:.1} s (the best of its last {} answers): a typical question {:.1} s",
                 tier.name(),
                 f.prefill_tok_per_s,
                 f.decode_tok_per_s,

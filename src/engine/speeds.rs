@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ask::route::{Speed, TYPICAL_ANSWER_TOKENS, TYPICAL_PROMPT_TOKENS};
+use crate::ask::route::{Speed, RETRY_AFTER_S, TYPICAL_ANSWER_TOKENS, TYPICAL_PROMPT_TOKENS};
 
-/// Samples kept per generator: the median of the last few answers, so one answer on a busy
-/// machine does not move the route.
+/// Samples kept per generator. Routing reads the fastest of them: a busy machine only ever
+/// slows an answer down, so the fastest recent answer is the machine's own speed, and one
+/// answer on a busy moment does not move the route.
 const KEEP: usize = 5;
 /// A prefill of fewer new tokens, or an answer of fewer tokens, says little about speed.
 const MIN_PREFILL_TOKENS: usize = 64;
@@ -26,6 +27,9 @@ pub struct Sample {
     pub decode_tok_per_s: Option<f64>,
     /// Loading the model, when this answer's process loaded it.
     pub load_ms: Option<f64>,
+    /// When it was measured (seconds since the Unix epoch).
+    #[serde(default)]
+    pub at: Option<u64>,
 }
 
 impl Sample {
@@ -42,6 +46,7 @@ impl Sample {
             prefill_tok_per_s: rate(prefilled, MIN_PREFILL_TOKENS, prefill_ms),
             decode_tok_per_s: rate(generated, MIN_DECODE_TOKENS, decode_ms),
             load_ms,
+            at: Some(now()),
         }
     }
 
@@ -52,7 +57,7 @@ impl Sample {
     }
 }
 
-/// The medians of a generator's kept samples.
+/// The best of a generator's kept samples: the fastest prefill and decode, the quickest load.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Figures {
     pub prefill_tok_per_s: f64,
@@ -60,6 +65,9 @@ pub struct Figures {
     pub load_ms: f64,
     /// Answers the figures come from.
     pub answers: usize,
+    /// Seconds since the last of them was measured (None for samples from before the time
+    /// was recorded).
+    pub age_s: Option<u64>,
 }
 
 impl Figures {
@@ -142,16 +150,19 @@ impl Record {
     /// have a sample.
     pub fn figures(&self, model: &Path) -> Option<Figures> {
         let samples = self.0.models.get(&key(model)?)?;
-        let median = |f: fn(&Sample) -> Option<f64>| {
-            let mut v: Vec<f64> = samples.iter().filter_map(f).collect();
-            v.sort_by(f64::total_cmp);
-            (!v.is_empty()).then(|| v[v.len() / 2])
+        let best = |f: fn(&Sample) -> Option<f64>, fastest: fn(f64, f64) -> f64| {
+            samples.iter().filter_map(f).reduce(fastest)
         };
         Some(Figures {
-            prefill_tok_per_s: median(|s| s.prefill_tok_per_s)?,
-            decode_tok_per_s: median(|s| s.decode_tok_per_s)?,
-            load_ms: median(|s| s.load_ms).unwrap_or(0.0),
+            prefill_tok_per_s: best(|s| s.prefill_tok_per_s, f64::max)?,
+            decode_tok_per_s: best(|s| s.decode_tok_per_s, f64::max)?,
+            load_ms: best(|s| s.load_ms, f64::min).unwrap_or(0.0),
             answers: samples.len(),
+            age_s: samples
+                .iter()
+                .filter_map(|s| s.at)
+                .max()
+                .map(|at| now().saturating_sub(at)),
         })
     }
 
@@ -161,10 +172,17 @@ impl Record {
             return Speed::Missing;
         }
         match self.figures(model) {
+            Some(f) if f.age_s.is_some_and(|a| a > RETRY_AFTER_S) => Speed::Stale(f.typical_s()),
             Some(f) => Speed::Typical(f.typical_s()),
             None => Speed::Unmeasured,
         }
     }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A generator's key: its file's full path and size, so a file replaced by another (a new
@@ -180,7 +198,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_median_of_the_last_answers_gives_the_typical_time() {
+    fn the_fastest_of_the_last_answers_gives_the_typical_time() {
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("m.gguf");
         std::fs::write(&model, b"GGUF").unwrap();
@@ -198,12 +216,14 @@ mod tests {
         let f = speeds.figures(&model).unwrap();
         assert_eq!((f.prefill_tok_per_s, f.decode_tok_per_s), (100.0, 25.0));
         assert!((f.typical_s() - 17.0).abs() < 1e-9, "{f:?}");
-        // One slow answer among several does not move the median.
-        for _ in 0..3 {
-            speeds.record(&model, Sample::of((500, 5_000.0), (50, 2_000.0), None));
-        }
+        // A slow answer (a busy machine) does not move it; a faster one does.
         speeds.record(&model, Sample::of((500, 50_000.0), (50, 20_000.0), None));
         assert_eq!(speeds.figures(&model).unwrap().prefill_tok_per_s, 100.0);
+        speeds.record(&model, Sample::of((500, 2_500.0), (50, 1_000.0), None));
+        let f = speeds.figures(&model).unwrap();
+        assert_eq!((f.prefill_tok_per_s, f.decode_tok_per_s), (200.0, 50.0));
+        assert_eq!(f.load_ms, 1_000.0, "the quickest load");
+        assert!(f.age_s.is_some_and(|a| a < 60), "just measured: {f:?}");
         // Only the last five are kept; a replaced file starts over.
         for _ in 0..KEEP {
             speeds.record(&model, Sample::of((500, 50_000.0), (50, 20_000.0), None));
@@ -214,5 +234,25 @@ mod tests {
         // A damaged file is an empty record.
         std::fs::write(dir.path().join("speeds.json"), b"{not json").unwrap();
         assert_eq!(speeds.speed(&model), Speed::Unmeasured);
+    }
+
+    #[test]
+    fn a_measure_older_than_an_hour_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, b"GGUF").unwrap();
+        let speeds = Speeds::in_dir(dir.path());
+        let mut old = Sample::of((500, 5_000.0), (50, 2_000.0), None);
+        old.at = Some(now() - RETRY_AFTER_S - 60);
+        speeds.record(&model, old.clone());
+        assert_eq!(speeds.speed(&model), Speed::Stale(16.0));
+        // Samples from before the time was kept are not stale.
+        old.at = None;
+        std::fs::remove_file(dir.path().join("speeds.json")).unwrap();
+        speeds.record(&model, old);
+        assert_eq!(speeds.speed(&model), Speed::Typical(16.0));
+        // A new measure makes it current again.
+        speeds.record(&model, Sample::of((500, 5_000.0), (50, 2_000.0), None));
+        assert_eq!(speeds.speed(&model), Speed::Typical(16.0));
     }
 }
