@@ -12,7 +12,13 @@
 #   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=small: the 135M,
 #                                   MODEL=medium: the 0.5B, from scripts/setup.sh --large)
 #   SETS=python make eval           one set (sqlite, python, bash; default all three)
+#   PARTS=dev make eval             one part (dev, heldout; default both)
+#   TAG=k5 make eval                name the saved runs PART-TAG.json (default: MODEL, or
+#                                   retrieval without ANSWERS)
 #   EVAL_ARGS="--min hit@5=0.9" make eval   extra flags for rag eval
+#
+# The last run also draws every part side by side (rag eval --report --report-with):
+# $EVAL_DIR/report-TAG.html (TAG: retrieval, or the MODEL answers came from).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,7 +35,12 @@ args=()
 args+=(${EVAL_ARGS:-})
 tag=${MODEL:-auto}
 [ -n "${ANSWERS:-}" ] || tag=retrieval
+tag=${TAG:-$tag}
+parts=${PARTS:-dev heldout}
+last_part=${parts##* }
 status=0
+saved=()
+last_set=${sets##* }
 for set in $sets; do
   # The SQLite project is $dir itself (its results keep their names: dev-large.json, which
   # scripts/route_table.py reads); the others are $dir/python and $dir/bash.
@@ -44,9 +55,16 @@ for set in $sets; do
   # A project whose rag.toml is the repository's, with the models' paths made absolute.
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$project/rag.toml"
   (cd "$project" && "$rag" ingest "$corpus")
-  for part in dev heldout; do
+  for part in $parts; do
     echo "== eval/$set/$part.yaml =="
-    (cd "$project" && "$rag" eval "${args[@]}" --save-json "$project/$part-$tag.json" "$root/eval/$set/$part.yaml") || status=$?
+    report=()
+    if [ "$set" = "$last_set" ] && [ "$part" = "$last_part" ] && ((${#saved[@]})); then
+      report=(--report "$dir/report-$tag.html")
+      for s in "${saved[@]}"; do [ -f "$s" ] && report+=(--report-with "$s"); done
+    fi
+    (cd "$project" && "$rag" eval "${args[@]}" "${report[@]}" --save-json "$project/$part-$tag.json" "$root/eval/$set/$part.yaml") || status=$?
+    saved+=("$project/$part-$tag.json")
   done
 done
+((${#saved[@]} < 2)) || echo "eval: every part side by side in $dir/report-$tag.html"
 exit $status
