@@ -93,6 +93,6 @@ man: build
 bench: build
 	scripts/bench.sh
 
-# Quality on the dev set (eval/sqlite/, SQLite's documentation): see scripts/eval.sh.
+# Quality on the three dev sets (eval/sqlite/, eval/python/, eval/bash/): see scripts/eval.sh.
 eval: build
 	scripts/eval.sh
