@@ -158,8 +158,9 @@ pub struct LoopGuard {
     /// that ended the answer, or the unfinished sentence an answer cut at its token limit
     /// ended in (one line each).
     dropped: String,
-    /// Where the repeated sentence being generated starts: it is dropped once it ends.
-    skipping: Option<usize>,
+    /// The repeated sentence being generated: where what goes with it starts (a lead-in, a
+    /// list number), and where the sentence itself starts. Both are dropped once it ends.
+    skipping: Option<(usize, usize)>,
     /// Where the text went on after the last repeated sentence dropped.
     resumed: Option<usize>,
     /// Repeated sentences dropped.
@@ -172,8 +173,8 @@ impl LoopGuard {
     /// is dropped, and [`LoopGuard::finish`] releases the whole sentences held before it.
     pub fn push(&mut self, piece: &str) -> Option<String> {
         self.text.push_str(piece);
-        if let Some(from) = self.skipping {
-            let Some(next) = self.after_sentence(from) else {
+        if let Some((from, sentence)) = self.skipping {
+            let Some(next) = self.after_sentence(sentence) else {
                 return Some(String::new());
             };
             self.drop_range(from, next);
@@ -240,7 +241,7 @@ impl LoopGuard {
     /// itself, so the held text is its last sentence, finished. Otherwise (a token limit, a
     /// full context) the held text is released only if it ends a sentence; else dropped.
     pub fn finish(&mut self, whole: bool) -> String {
-        if let Some(from) = self.skipping.take() {
+        if let Some((from, _)) = self.skipping.take() {
             self.drop_range(from, self.text.len());
         }
         if !whole && !ends_sentence(&self.text[self.shown..]) {
@@ -274,6 +275,7 @@ impl LoopGuard {
         spans: &[std::ops::Range<usize>],
         upto: usize,
     ) -> Option<String> {
+        let sentence = at;
         let at = self.wordless_before(spans, at).max(self.shown);
         let right_after = self.resumed.is_some_and(|r| self.shown <= r);
         if right_after || self.skips >= MAX_SKIPS {
@@ -281,7 +283,7 @@ impl LoopGuard {
             return None;
         }
         self.skips += 1;
-        self.skipping = Some(at);
+        self.skipping = Some((at, sentence));
         let upto = upto.min(at).max(self.shown);
         let out = self.text[self.shown..upto].to_string();
         self.shown = upto;
@@ -296,12 +298,8 @@ impl LoopGuard {
             let (w, open) = words(&self.text[from + r.start..from + r.end]);
             w.len() > usize::from(open)
         };
-        let own = spans.iter().position(has_word)?;
-        let next = spans.get(own + 1)?;
-        spans[own + 1..]
-            .iter()
-            .any(has_word)
-            .then_some(from + next.start)
+        let next = spans.get(1)?;
+        spans[1..].iter().any(has_word).then_some(from + next.start)
     }
 
     /// Removes `from..to` from the text, keeping it as a line of [`LoopGuard::dropped`].
@@ -719,6 +717,18 @@ mod tests {
             "This will enable it with the auto_vacuum pragma set to FULL mode.",
         ]);
         assert!(out.trim_end().ends_with("```"), "{out:?}");
+        // A lead-in goes with the one repeat it introduced, and the answer goes on.
+        let (out, looped) = guarded(&[
+            "Set the journal mode to PERSIST with the journal_mode pragma. ",
+            "For example:\n",
+            "Set the journal mode to PERSIST with the journal_mode pragma.\n",
+            "The header is zeroed instead.",
+        ]);
+        assert!(!looped);
+        assert_eq!(
+            out,
+            "Set the journal mode to PERSIST with the journal_mode pragma.\nThe header is zeroed instead."
+        );
         // A lead-in goes with the repeat it introduced.
         let (out, looped) = guarded(&[
             "Set the journal mode to PERSIST with the journal_mode pragma. For example:\n",
