@@ -5,25 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{copy_dir, repo};
-
-/// Every file below `dir`, relative to it.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
-            }
-        }
-    }
-    out.sort();
-    out
-}
+use crate::support::{copy_dir, files, repo};
 
 fn make(target: &str, prefix: &Path, data: &Path, home: &Path) -> std::process::Output {
     Command::new("make")
@@ -49,6 +31,20 @@ struct Places {
 }
 
 impl Places {
+    /// Folders under `dir`; HOME and the work folder exist, PREFIX and the data folder not.
+    fn in_dir(dir: &Path) -> Places {
+        let p = Places {
+            prefix: dir.join("prefix"),
+            data: dir.join("data"),
+            home: dir.join("home"),
+            work: dir.join("work"),
+        };
+        for d in [&p.home, &p.work] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        p
+    }
+
     fn make(&self, target: &str) -> std::process::Output {
         make(target, &self.prefix, &self.data, &self.home)
     }
@@ -154,15 +150,7 @@ fn check_uninstalled(p: &Places, undo: impl Fn() -> std::process::Output) {
 #[test]
 fn make_install_gives_a_rag_that_works_from_any_folder_and_uninstall_leaves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let p = Places {
-        prefix: tmp.path().join("prefix"),
-        data: tmp.path().join("data"),
-        home: tmp.path().join("home"),
-        work: tmp.path().join("work"),
-    };
-    for d in [&p.home, &p.work] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let p = Places::in_dir(tmp.path());
     let out = p.make("install");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -225,15 +213,7 @@ fn the_release_tarball_installs_and_uninstalls_without_a_trace() {
         .to_string_lossy()
         .replace(".tar.gz", "");
     let script = unpacked.join(&name).join("install.sh");
-    let p = Places {
-        prefix: tmp.path().join("prefix"),
-        data: tmp.path().join("data"),
-        home: tmp.path().join("home"),
-        work: tmp.path().join("work"),
-    };
-    for d in [&p.home, &p.work] {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let p = Places::in_dir(tmp.path());
     let from = format!("--from={}", repo().join("models").display());
     let run = |args: &[&str]| {
         Command::new(&script)

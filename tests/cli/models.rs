@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{repo, Project};
+use crate::support::{files, repo, Project};
 
 /// Writes a wheel `{dist}-{version}-{tag}.whl` into `dir` whose members are `members`: a
 /// name and its bytes, or with `inner` a zip of its own holding those members.
@@ -61,22 +61,9 @@ fn sha256(data: &[u8]) -> String {
     format!("{:x}", sha2::Sha256::digest(data))
 }
 
-/// Every file name under `dir`, hidden ones included, relative and sorted.
+/// Every file name under `dir`, hidden ones included.
 fn listing(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
+    files(dir).iter().map(|p| p.display().to_string()).collect()
 }
 
 #[test]
