@@ -572,7 +572,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stretch_said_before_ends_the_answer_mid_sentence() {
+    fn a_stretch_said_before_drops_the_sentence_it_is_in() {
         let (out, looped) = guarded(&[
             "The KV cache grows linearly with the number of tokens. ",
             "This is why the KV cache grows",
@@ -656,7 +656,7 @@ mod tests {
     }
 
     #[test]
-    fn the_answer_goes_on_after_a_dropped_repeat_and_a_loop_ends_it() {
+    fn the_answer_goes_on_after_a_dropped_repeat() {
         // A restated phrase is dropped with its sentence; what comes after it is shown.
         let mut g = LoopGuard::default();
         let mut out = String::new();
@@ -685,6 +685,10 @@ mod tests {
             g.dropped().ends_with("pragma. [S2]"),
             "the marker goes with its sentence"
         );
+    }
+
+    #[test]
+    fn a_repeat_right_after_a_dropped_one_or_too_many_repeats_end_the_answer() {
         // A repeat right after a dropped one is a loop: the answer ends there.
         let (out, looped) = guarded(&[
             "1. The crew of six rotates often.\n",
@@ -710,6 +714,10 @@ mod tests {
         assert!(looped);
         assert_eq!(out.matches("The cache stores").count(), 1, "{out}");
         assert!(out.contains(facts[MAX_SKIPS]), "{out}");
+    }
+
+    #[test]
+    fn a_lead_in_goes_with_the_repeat_it_introduced_and_a_code_fence_stays() {
         // A closing code fence is not dropped with the repeat after it.
         let (out, _) = guarded(&[
             "Enable it with the auto_vacuum pragma set to FULL mode:\n```sql\nPRAGMA auto_vacuum = FULL;\n",

