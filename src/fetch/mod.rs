@@ -120,8 +120,12 @@ pub struct Fetcher<'a> {
 
 impl Fetcher<'_> {
     pub fn fetch(&self, items: &[Item]) -> Result<Vec<(String, Got)>> {
-        std::fs::create_dir_all(self.dir)
-            .with_context(|| format!("creating the model folder {}", self.dir.display()))?;
+        std::fs::create_dir_all(self.dir).with_context(|| {
+            format!(
+                "creating the model folder {} (name a folder you can write with --dir DIR)",
+                self.dir.display()
+            )
+        })?;
         let scratch = Scratch::new(self.dir)?;
         let mut wheels: HashMap<String, PathBuf> = HashMap::new();
         let mut out = Vec::new();
