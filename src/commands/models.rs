@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::cli::{FetchArgs, ModelsAction, ModelsArgs};
+use crate::cli::{FetchArgs, ModelsAction, ModelsArgs, RemoveArgs};
 use crate::config::user_models_dir;
 use crate::exit::{Exit, ExitError};
 use crate::fetch::{self, manifest, Choice, Fetcher};
@@ -12,18 +12,52 @@ use crate::ui::Ui;
 pub fn run(a: &ModelsArgs, ui: &Ui) -> Result<Exit> {
     match &a.action {
         ModelsAction::Fetch(f) => fetch_models(f, ui),
+        ModelsAction::Remove(r) => remove_models(r, ui),
     }
 }
 
-fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
-    let dir = match a.dir.clone().or_else(user_models_dir) {
-        Some(d) => d,
-        None => {
-            return Err(ExitError::usage(
-                "no model folder: HOME is not set; name one with --dir DIR".into(),
-            ))
+/// The model folder: `--dir`, else the user's.
+fn model_dir(dir: Option<&std::path::Path>) -> Result<std::path::PathBuf> {
+    dir.map(std::path::Path::to_path_buf)
+        .or_else(user_models_dir)
+        .ok_or_else(|| {
+            ExitError::usage("no model folder: HOME is not set; name one with --dir DIR".into())
+        })
+}
+
+fn remove_models(a: &RemoveArgs, ui: &Ui) -> Result<Exit> {
+    let dir = model_dir(a.dir.as_deref())?;
+    let gone = fetch::remove(&dir)?;
+    if a.dir.is_none() {
+        // The user's folder is …/rag/models: the `rag` folder goes too when nothing else is in it.
+        if let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
         }
-    };
+    }
+    let mb = gone.iter().map(|(_, n)| n).sum::<u64>() >> 20;
+    if a.json {
+        let files: Vec<_> = gone
+            .iter()
+            .map(|(name, bytes)| serde_json::json!({"name": name, "bytes": bytes}))
+            .collect();
+        ui.json(&serde_json::json!({"dir": dir, "removed": files}))?;
+    } else {
+        let left = if dir.exists() {
+            format!("; {} still holds files rag did not fetch", dir.display())
+        } else {
+            String::new()
+        };
+        ui.outln(&format!(
+            "removed {} model files ({mb} MB) from {}{left}",
+            gone.len(),
+            dir.display()
+        ))?;
+    }
+    Ok(Exit::Success)
+}
+
+fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
+    let dir = model_dir(a.dir.as_deref())?;
     let choice = if a.minimal {
         Choice::Minimal
     } else if a.small {
@@ -34,9 +68,19 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         Choice::Default
     };
     let have_large = dir.join(manifest::LARGE).exists();
-    let (items, why) = fetch::plan(choice, fetch::room(&dir), have_large);
+    let (mut items, why) = fetch::plan(choice, fetch::room(&dir), have_large);
     if let Some(why) = why {
         ui.warn(&why);
+    }
+    // A pip-installed rag has ONNX Runtime from its onnxruntime dependency, which rag finds
+    // beside itself (config::find_ort): no second copy in the model folder.
+    let exe = std::env::current_exe().ok();
+    if let Some(ort) = crate::config::find_ort(exe.as_deref(), None, &[]) {
+        items.retain(|i| i.name != manifest::ORT);
+        ui.info(&format!(
+            "models: ONNX Runtime from the onnxruntime package beside rag ({})",
+            ort.display()
+        ));
     }
     // RAG_MODELS_SHA256 replaces the built-in checksums (tests fetch made-up files with it).
     let sums_text = match std::env::var_os("RAG_MODELS_SHA256") {
@@ -45,7 +89,16 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         None => manifest::SHA256.to_string(),
     };
     let sums = manifest::checksums(&sums_text);
-    let python = std::env::var("RAG_PYTHON").unwrap_or_else(|_| "python3".into());
+    // pip runs under RAG_PYTHON, else the venv's own python beside a pip-installed rag (it
+    // has pip even when the venv is not activated), else python3 from PATH.
+    let beside = exe
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map(|d| d.join("python3"))
+        .filter(|p| p.is_file());
+    let python = std::env::var("RAG_PYTHON").unwrap_or_else(|_| {
+        beside.map_or_else(|| "python3".into(), |p| p.to_string_lossy().into_owned())
+    });
     let say = |line: &str| ui.info(&format!("models: {line}"));
     let fetcher = Fetcher {
         dir: &dir,

@@ -38,22 +38,96 @@ pub const MODEL_KEYS: &[&str] = &[
 ];
 
 /// In the defaults layer (already resolved against `base`): a model the project's
-/// `models/` folder lacks is taken from the user's model folder when it is there.
-pub(super) fn prefer_user_models(defaults: &mut Table, base: &Path, user: Option<&Path>) {
-    let Some(user) = user else { return };
-    for key in MODEL_KEYS {
-        let (section, name) = key.split_once('.').expect("section.key");
-        let Some(Value::String(s)) = defaults.get_mut(section).and_then(|t| t.get_mut(name)) else {
-            continue;
-        };
-        let Ok(rel) = Path::new(s.as_str()).strip_prefix(base.join("models")) else {
-            continue;
-        };
-        let there = user.join(rel);
-        if !Path::new(s.as_str()).exists() && there.exists() {
-            *s = there.to_string_lossy().into_owned();
+/// `models/` folder lacks is taken from the user's model folder when it is there; an ONNX
+/// Runtime library neither has is taken from `ort` (what [`find_ort`] found) when given.
+pub(super) fn prefer_user_models(
+    defaults: &mut Table,
+    base: &Path,
+    user: Option<&Path>,
+    ort: Option<&Path>,
+) {
+    if let Some(user) = user {
+        for key in MODEL_KEYS {
+            from_user_folder(defaults, base, user, key);
         }
     }
+    let Some(ort) = ort else { return };
+    if let Some(Value::String(s)) = defaults.get_mut("embed").and_then(|t| t.get_mut("ort_lib")) {
+        if !Path::new(s.as_str()).exists() {
+            *s = ort.to_string_lossy().into_owned();
+        }
+    }
+}
+
+/// `key`'s default path under the project's `models/`, replaced by the same file in the
+/// user's model folder when only that one exists.
+fn from_user_folder(defaults: &mut Table, base: &Path, user: &Path, key: &str) {
+    let (section, name) = key.split_once('.').expect("section.key");
+    let Some(Value::String(s)) = defaults.get_mut(section).and_then(|t| t.get_mut(name)) else {
+        return;
+    };
+    let Ok(rel) = Path::new(s.as_str()).strip_prefix(base.join("models")) else {
+        return;
+    };
+    let there = user.join(rel);
+    if !Path::new(s.as_str()).exists() && there.exists() {
+        *s = there.to_string_lossy().into_owned();
+    }
+}
+
+/// An ONNX Runtime library for when neither the project's `models/` nor the user's model
+/// folder has the pinned one, in this order: `ORT_DYLIB_PATH` (ort's own variable, where it
+/// names a file), the `onnxruntime` Python package installed beside rag (`pip install
+/// rag-offline` puts rag in PREFIX/bin and its dependency onnxruntime in
+/// PREFIX/lib/pythonX.Y/site-packages/onnxruntime/capi), then the system's library folders.
+/// `exe`: rag's own path, symlinks resolved (pipx links ~/.local/bin/rag into its venv).
+pub fn find_ort(exe: Option<&Path>, env: Option<&std::ffi::OsStr>, system: &[&Path]) -> Option<PathBuf> {
+    if let Some(p) = env.map(PathBuf::from).filter(|p| p.is_file()) {
+        return Some(p);
+    }
+    let prefix = exe.and_then(Path::parent).and_then(Path::parent);
+    let mut packages = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let Some(dir) = prefix.map(|p| p.join(lib)) else { break };
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let mut pythons: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages/onnxruntime/capi"))
+            .collect();
+        pythons.sort();
+        packages.extend(pythons);
+    }
+    packages
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(system.iter().copied())
+        .find_map(newest_ort)
+}
+
+/// The system folders [`find_ort`] looks in last (where a distribution's or a manual
+/// install's libonnxruntime goes).
+pub const SYSTEM_LIB_DIRS: &[&str] = &["/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"];
+
+/// The newest `libonnxruntime.so[.X.Y.Z]` file in `dir` (a plain `libonnxruntime.so` counts
+/// as the oldest: it is usually a link to one of the others).
+fn newest_ort(dir: &Path) -> Option<PathBuf> {
+    let version = |name: &str| -> Option<Vec<u32>> {
+        let rest = name.strip_prefix("libonnxruntime.so")?;
+        if rest.is_empty() {
+            return Some(Vec::new());
+        }
+        rest.strip_prefix('.')?.split('.').map(|n| n.parse().ok()).collect()
+    };
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let v = version(&e.file_name().to_string_lossy())?;
+            e.path().is_file().then(|| (v, e.path()))
+        })
+        .max()
+        .map(|(_, p)| p)
 }
 
 /// `HOME`, or when it is unset or relative, the home folder the password database gives.

@@ -11,7 +11,7 @@ use toml::{Table, Value};
 
 use super::file::config_file;
 use super::flags::Flags;
-use super::models::{prefer_user_models, user_models_dir};
+use super::models::{find_ort, prefer_user_models, user_models_dir, SYSTEM_LIB_DIRS};
 use super::settings::Settings;
 use crate::exit::ExitError;
 
@@ -89,17 +89,22 @@ pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
         env.insert(name.to_string(), value);
     }
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    resolve_with(config, flags, &env, &cwd, user_models_dir().as_deref())
+    let exe = std::env::current_exe().ok();
+    let system: Vec<&Path> = SYSTEM_LIB_DIRS.iter().map(Path::new).collect();
+    let ort = find_ort(exe.as_deref(), std::env::var_os("ORT_DYLIB_PATH").as_deref(), &system);
+    resolve_with(config, flags, &env, &cwd, user_models_dir().as_deref(), ort.as_deref())
 }
 
 /// [`resolve`] with its inputs given: the environment, the current folder and the user's
-/// model folder (None: defaults under `models/` are taken as written).
+/// model folder (None: defaults under `models/` are taken as written) and an ONNX Runtime
+/// library found outside both ([`find_ort`]).
 pub(super) fn resolve_with(
     config: Option<&Path>,
     flags: &Flags,
     env: &Env,
     cwd: &Path,
     user_models: Option<&Path>,
+    ort: Option<&Path>,
 ) -> Result<Settings> {
     let file = config_file(config, env, cwd)?;
     // Defaults are relative to the config file's folder when there is one, so `rag` works
@@ -118,7 +123,7 @@ pub(super) fn resolve_with(
     let mut sources: BTreeMap<String, Source> =
         keys.iter().map(|k| (k.clone(), Source::Default)).collect();
     resolve_paths(&mut table, &base);
-    prefer_user_models(&mut table, &base, user_models);
+    prefer_user_models(&mut table, &base, user_models, ort);
 
     if let Some(path) = &file {
         let layer = file_layer(path, &keys, cwd)?;

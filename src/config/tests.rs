@@ -18,7 +18,7 @@ fn run(file: Option<&str>, env: &[(&str, &str)], flags: Flags) -> Result<Setting
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    resolve_with(None, &flags, &env, dir.path(), None).map(|mut s| {
+    resolve_with(None, &flags, &env, dir.path(), None, None).map(|mut s| {
         // Make paths comparable across temp dirs.
         s.llm.model = s
             .llm
@@ -38,7 +38,7 @@ fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() 
     std::fs::write(user.path().join(small), b"GGUF").unwrap();
     std::fs::create_dir(user.path().join("minilm")).unwrap();
     let at = |u: Option<&Path>| {
-        resolve_with(None, &Flags::default(), &Env::new(), project.path(), u).unwrap()
+        resolve_with(None, &Flags::default(), &Env::new(), project.path(), u, None).unwrap()
     };
     let s = at(Some(user.path()));
     assert_eq!(s.llm.model, user.path().join(small));
@@ -65,6 +65,7 @@ fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() 
         &env,
         project.path(),
         Some(user.path()),
+        None,
     )
     .unwrap();
     assert_eq!(s.llm.model, project.path().join("mine.gguf"));
@@ -278,7 +279,7 @@ fn the_nearest_rag_toml_up_the_tree_is_the_config_and_its_folder_the_root() {
     std::fs::write(dir.path().join("rag.toml"), "[llm]\nn_ctx = 1024\n").unwrap();
     let sub = dir.path().join("a/b");
     std::fs::create_dir_all(&sub).unwrap();
-    let s = resolve_with(None, &Flags::default(), &Env::new(), &sub, None).unwrap();
+    let s = resolve_with(None, &Flags::default(), &Env::new(), &sub, None, None).unwrap();
     assert_eq!(s.llm.n_ctx, 1024);
     assert_eq!(s.root, dir.path());
     assert_eq!(s.index.dir, dir.path().join(".rag"));
@@ -288,7 +289,7 @@ fn the_nearest_rag_toml_up_the_tree_is_the_config_and_its_folder_the_root() {
     );
     // A path given in the environment stays relative to the current folder.
     let env: Env = [("RAG_INDEX_DIR".to_string(), "idx".to_string())].into();
-    let s = resolve_with(None, &Flags::default(), &env, &sub, None).unwrap();
+    let s = resolve_with(None, &Flags::default(), &env, &sub, None, None).unwrap();
     assert_eq!(s.index.dir, sub.join("idx"));
 }
 
@@ -338,4 +339,61 @@ fn unknown_keys_and_variables_name_the_nearest_valid_one() {
             "{ok}"
         );
     }
+}
+
+#[test]
+fn onnx_runtime_is_found_in_the_onnxruntime_package_installed_beside_rag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = tmp.path().join("venv");
+    let capi = prefix.join("lib/python3.12/site-packages/onnxruntime/capi");
+    std::fs::create_dir_all(&capi).unwrap();
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    for f in ["libonnxruntime.so.1.24.2", "libonnxruntime_providers_shared.so", "onnxruntime_pybind11_state.so"] {
+        std::fs::write(capi.join(f), b"ELF").unwrap();
+    }
+    let exe = prefix.join("bin/rag");
+    let system = tmp.path().join("usr-lib");
+    std::fs::create_dir_all(&system).unwrap();
+    // Versions compare as numbers: 1.20.0 is newer than 1.9.9.
+    for f in ["libonnxruntime.so.1.9.9", "libonnxruntime.so.1.20.0", "libonnxruntime.so"] {
+        std::fs::write(system.join(f), b"ELF").unwrap();
+    }
+    let find = |env: Option<&Path>, sys: &[&Path]| {
+        super::models::find_ort(Some(&exe), env.map(Path::as_os_str), sys)
+    };
+    assert_eq!(find(None, &[&system]), Some(capi.join("libonnxruntime.so.1.24.2")));
+    // ORT_DYLIB_PATH comes first where it names a file; a stale one is passed over.
+    let mine = tmp.path().join("mine.so");
+    std::fs::write(&mine, b"ELF").unwrap();
+    assert_eq!(find(Some(&mine), &[&system]), Some(mine.clone()));
+    assert_eq!(
+        find(Some(&tmp.path().join("gone.so")), &[&system]),
+        Some(capi.join("libonnxruntime.so.1.24.2"))
+    );
+    // No package beside rag: the newest library in the system folders.
+    std::fs::remove_dir_all(prefix.join("lib")).unwrap();
+    assert_eq!(find(None, &[&system]), Some(system.join("libonnxruntime.so.1.20.0")));
+    assert_eq!(find(None, &[]), None);
+}
+
+#[test]
+fn a_found_onnx_runtime_is_used_only_where_no_model_folder_has_the_pinned_one() {
+    let project = tempfile::tempdir().unwrap();
+    let found = project.path().join("elsewhere/libonnxruntime.so.1.30.0");
+    let at = |ort: Option<&Path>| {
+        resolve_with(None, &Flags::default(), &Env::new(), project.path(), None, ort)
+            .unwrap()
+            .embed
+            .ort_lib
+    };
+    assert_eq!(at(Some(&found)), found);
+    let pinned = project.path().join("models/libonnxruntime.so.1.31.1");
+    assert_eq!(at(None), pinned);
+    std::fs::create_dir(project.path().join("models")).unwrap();
+    std::fs::write(&pinned, b"ELF").unwrap();
+    assert_eq!(at(Some(&found)), pinned, "the project's own library wins");
+    // A key set anywhere is never replaced.
+    let env: Env = [("RAG_EMBED_ORT_LIB".to_string(), "/opt/ort.so".to_string())].into();
+    let s = resolve_with(None, &Flags::default(), &env, project.path(), None, Some(&found)).unwrap();
+    assert_eq!(s.embed.ort_lib, PathBuf::from("/opt/ort.so"));
 }

@@ -97,7 +97,7 @@ fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     }
     if !lib.is_file() {
         return Err(ExitError::model(format!(
-            "ONNX Runtime library {} not found; {} or set embed.ort_lib (RAG_EMBED_ORT_LIB) to a libonnxruntime.so >= 1.24",
+            "ONNX Runtime library {} not found; {}, or set embed.ort_lib (RAG_EMBED_ORT_LIB) to a libonnxruntime.so >= 1.24 (rag also finds the onnxruntime Python package installed beside it, ORT_DYLIB_PATH and /usr/lib)",
             lib.display(),
             crate::config::setup_hint()
         )));

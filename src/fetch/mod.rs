@@ -380,6 +380,41 @@ pub fn sha256_of(path: &Path) -> Result<String> {
 }
 
 /// A scratch folder for downloads inside the model folder, removed when dropped.
+/// Removes from `dir` the files of the manifest (every generator, whichever fetch put them
+/// there) and the scratch folders of a fetch that was killed, then the folders left empty
+/// (`dir` itself included); any other file stays. The removed files, with their sizes.
+pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
+    let mut gone = Vec::new();
+    for item in manifest::BASE.iter().chain(manifest::GENERATORS) {
+        let path = dir.join(item.name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        gone.push((item.name.to_string(), meta.len()));
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".fetch-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    // Folders the manifest's names make (minilm/), then the model folder, when empty.
+    let mut folders: Vec<PathBuf> = manifest::BASE
+        .iter()
+        .filter_map(|i| Path::new(i.name).parent())
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| dir.join(p))
+        .collect();
+    folders.sort();
+    folders.dedup();
+    for f in folders.iter().map(PathBuf::as_path).chain([dir]) {
+        let _ = std::fs::remove_dir(f);
+    }
+    Ok(gone)
+}
+
 struct Scratch(PathBuf);
 
 impl Scratch {
@@ -408,6 +443,31 @@ impl Drop for Cleanup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_takes_only_the_manifests_files_and_the_folders_left_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("models");
+        std::fs::create_dir_all(dir.join("minilm")).unwrap();
+        std::fs::create_dir_all(dir.join(".fetch-4242")).unwrap();
+        std::fs::write(dir.join(".fetch-4242/part"), b"half").unwrap();
+        for name in [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"] {
+            std::fs::write(dir.join(name), b"model").unwrap();
+        }
+        std::fs::write(dir.join("mine.gguf"), b"not rag's").unwrap();
+        let gone = remove(&dir).unwrap();
+        let mut names: Vec<_> = gone.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort();
+        assert_eq!(names, [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"]);
+        assert!(gone.iter().all(|(_, n)| *n == 5));
+        let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+        left.sort();
+        assert_eq!(left, ["mine.gguf"], "the user's own file and nothing else stays");
+        std::fs::remove_file(dir.join("mine.gguf")).unwrap();
+        assert!(remove(&dir).unwrap().is_empty());
+        assert!(!dir.exists(), "an empty model folder goes");
+        assert!(remove(&dir).unwrap().is_empty(), "again: nothing to do, no error");
+    }
 
     #[test]
     fn the_plan_follows_the_room_there_is() {
