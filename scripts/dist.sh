@@ -10,8 +10,11 @@
 #   share/rag/install.sh               scripts/install.sh
 #   install.sh                         ./install.sh [PREFIX] [--small|--minimal|--large]
 #   README.md, LICENSE-MIT, LICENSE-APACHE
-# and OUT/SHA256SUMS (`sha256sum -c SHA256SUMS` checks a download). The models stay out:
-# install.sh fetches them with `rag models fetch`.
+# OUT/rag_offline-VERSION-py3-none-manylinux_2_NN_x86_64.whl, the same binary as a PyPI wheel
+# (scripts/wheel.sh: `pip install` puts rag on PATH and brings ONNX Runtime as the onnxruntime
+# package; DIST_WHEEL=0 leaves it out), and OUT/SHA256SUMS of both (`sha256sum -c SHA256SUMS`
+# checks a download). The models stay out: install.sh and the user fetch them with
+# `rag models fetch`.
 #
 # What ships is the portable build (`make dist` builds with PORTABLE=1: ggml with AVX2 at most,
 # so it starts on any x86-64 CPU with AVX2); a binary built for this CPU's AVX-512 is refused
@@ -55,5 +58,11 @@ say "packing $tarball"
 tar -C "$tmp" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - "$name" \
   | gzip -n >"$out/$tarball.part"
 mv -f "$out/$tarball.part" "$out/$tarball"
-(cd "$out" && sha256sum "$tarball" >SHA256SUMS)
-say "wrote $out/$tarball ($(du -m "$out/$tarball" | cut -f1) MB) and $out/SHA256SUMS"
+say "wrote $out/$tarball ($(du -m "$out/$tarball" | cut -f1) MB)"
+sums=("$tarball")
+if [ "${DIST_WHEEL:-1}" != 0 ]; then
+  wheel=$("$root/scripts/wheel.sh" "$stage" "$out")
+  sums+=("$(basename "$wheel")")
+fi
+(cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS)
+say "wrote $out/SHA256SUMS"

@@ -8,6 +8,8 @@ mod support;
 mod ask;
 #[path = "cli/browser.rs"]
 mod browser;
+#[path = "cli/dist.rs"]
+mod dist;
 #[path = "cli/errors.rs"]
 mod errors;
 #[path = "cli/eval.rs"]
