@@ -12,7 +12,8 @@
 #   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=small: the 135M,
 #                                   MODEL=medium: the 0.5B, from scripts/setup.sh --large)
 #   SETS=python make eval           one set (sqlite, python, bash; default all three)
-#   PARTS=dev make eval             one part (dev, heldout; default both)
+#   PARTS=dev make eval             one part (dev, heldout, heldout2; default all a set has:
+#                                   heldout2, a second held-out part, only SQLite and Bash)
 #   TAG=k5 make eval                name the saved runs PART-TAG.json (default: MODEL, or
 #                                   retrieval without ANSWERS)
 #   EVAL_ARGS="--min hit@5=0.9" make eval   extra flags for rag eval
@@ -36,8 +37,7 @@ args+=(${EVAL_ARGS:-})
 tag=${MODEL:-auto}
 [ -n "${ANSWERS:-}" ] || tag=retrieval
 tag=${TAG:-$tag}
-parts=${PARTS:-dev heldout}
-last_part=${parts##* }
+parts=${PARTS:-dev heldout heldout2}
 status=0
 saved=()
 last_set=${sets##* }
@@ -55,10 +55,12 @@ for set in $sets; do
   # A project whose rag.toml is the repository's, with the models' paths made absolute.
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$project/rag.toml"
   (cd "$project" && "$rag" ingest "$corpus")
-  for part in $parts; do
+  set_parts=()
+  for part in $parts; do [ -f "$root/eval/$set/$part.yaml" ] && set_parts+=("$part"); done
+  for part in "${set_parts[@]}"; do
     echo "== eval/$set/$part.yaml =="
     report=()
-    if [ "$set" = "$last_set" ] && [ "$part" = "$last_part" ] && ((${#saved[@]})); then
+    if [ "$set" = "$last_set" ] && [ "$part" = "${set_parts[-1]}" ] && ((${#saved[@]})); then
       report=(--report "$dir/report-$tag.html")
       for s in "${saved[@]}"; do [ -f "$s" ] && report+=(--report-with "$s"); done
     fi

@@ -70,7 +70,7 @@ def main(tags):
     print("|" + "---|" * len(head))
     pooled = {}
     for name, project in SETS:
-        for part in ("dev", "heldout"):
+        for part in ("dev", "heldout", "heldout2"):
             for tag in tags:
                 run = load(project, part, tag)
                 if run is None:
