@@ -61,7 +61,7 @@ mv -f "$out/$tarball.part" "$out/$tarball"
 say "wrote $out/$tarball ($(du -m "$out/$tarball" | cut -f1) MB)"
 sums=("$tarball")
 if [ "${DIST_WHEEL:-1}" != 0 ]; then
-  wheel=$("$root/scripts/wheel.sh" "$stage" "$out")
+  wheel=$("$root/scripts/wheel.sh" "$stage" "$version" "$out")
   sums+=("$(basename "$wheel")")
 fi
 (cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS)

