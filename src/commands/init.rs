@@ -74,12 +74,15 @@ fn locate(
 }
 
 /// A default model path resolves without being written down: the file is in the project's
-/// `models/` or in the user's model folder (`scripts/setup.sh --user`, `make install`).
+/// `models/` or in the user's model folder (`scripts/setup.sh --user`, `make install`), or,
+/// for ONNX Runtime, rag finds one on its own (the onnxruntime package a `pip install`
+/// brought: writing its path down would break at pip's next upgrade of it).
 fn works_as_written(dir: &Path, default: &str) -> bool {
     dir.join(default).exists()
         || default.strip_prefix("models/").is_some_and(|name| {
             crate::config::user_models_dir().is_some_and(|u| u.join(name).exists())
         })
+        || (default.starts_with("models/libonnxruntime") && crate::config::found_ort().is_some())
 }
 
 /// `rag init [DIR]`: a commented rag.toml whose model paths resolve, and `.rag/` in

@@ -105,6 +105,13 @@ pub fn find_ort(exe: Option<&Path>, env: Option<&std::ffi::OsStr>, system: &[&Pa
         .find_map(newest_ort)
 }
 
+/// [`find_ort`] for this process: rag's own path, `ORT_DYLIB_PATH`, [`SYSTEM_LIB_DIRS`].
+pub fn found_ort() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let system: Vec<&Path> = SYSTEM_LIB_DIRS.iter().map(Path::new).collect();
+    find_ort(exe.as_deref(), std::env::var_os("ORT_DYLIB_PATH").as_deref(), &system)
+}
+
 /// The system folders [`find_ort`] looks in last (where a distribution's or a manual
 /// install's libonnxruntime goes).
 pub const SYSTEM_LIB_DIRS: &[&str] = &["/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"];

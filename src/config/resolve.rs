@@ -11,7 +11,7 @@ use toml::{Table, Value};
 
 use super::file::config_file;
 use super::flags::Flags;
-use super::models::{find_ort, prefer_user_models, user_models_dir, SYSTEM_LIB_DIRS};
+use super::models::{found_ort, prefer_user_models, user_models_dir};
 use super::settings::Settings;
 use crate::exit::ExitError;
 
@@ -89,9 +89,7 @@ pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
         env.insert(name.to_string(), value);
     }
     let cwd = std::env::current_dir().context("reading the current directory")?;
-    let exe = std::env::current_exe().ok();
-    let system: Vec<&Path> = SYSTEM_LIB_DIRS.iter().map(Path::new).collect();
-    let ort = find_ort(exe.as_deref(), std::env::var_os("ORT_DYLIB_PATH").as_deref(), &system);
+    let ort = found_ort();
     resolve_with(config, flags, &env, &cwd, user_models_dir().as_deref(), ort.as_deref())
 }
 

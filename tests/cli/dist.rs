@@ -186,6 +186,13 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     );
     check_installed(p);
     check_works_from_any_folder(p);
+    // rag finds the package's library on its own, so `rag init` leaves the key at its
+    // default rather than pinning a path that pip's next upgrade of onnxruntime renames.
+    let (code, _, err) = p.rag(&["init"]);
+    assert_eq!(code, 0, "{err}");
+    let toml = std::fs::read_to_string(p.work.join("rag.toml")).unwrap();
+    assert!(toml.lines().any(|l| l.starts_with("# ort_lib")), "{toml}");
+    assert!(!toml.lines().any(|l| l.starts_with("ort_lib")), "{toml}");
     let (_, doctor, _) = p.rag(&["doctor"]);
     let site = v.dir.join("lib");
     assert!(
