@@ -79,7 +79,8 @@ install:
 uninstall:
 	scripts/install.sh --uninstall "$(PREFIX)"
 
-# The release tarball and SHA256SUMS in dist/ (scripts/dist.sh), from the portable build:
+# The release tarball, the wheel (scripts/wheel.sh) and SHA256SUMS in dist/ (scripts/dist.sh),
+# from the portable build:
 # llama.cpp is rebuilt for any x86-64 CPU with AVX2 (minutes), and the next plain `make build`
 # rebuilds it for this CPU again.
 dist:
