@@ -81,15 +81,23 @@ fn from_user_folder(defaults: &mut Table, base: &Path, user: &Path, key: &str) {
 /// rag-offline` puts rag in PREFIX/bin and its dependency onnxruntime in
 /// PREFIX/lib/pythonX.Y/site-packages/onnxruntime/capi), then the system's library folders.
 /// `exe`: rag's own path, symlinks resolved (pipx links ~/.local/bin/rag into its venv).
-pub fn find_ort(exe: Option<&Path>, env: Option<&std::ffi::OsStr>, system: &[&Path]) -> Option<PathBuf> {
+pub fn find_ort(
+    exe: Option<&Path>,
+    env: Option<&std::ffi::OsStr>,
+    system: &[&Path],
+) -> Option<PathBuf> {
     if let Some(p) = env.map(PathBuf::from).filter(|p| p.is_file()) {
         return Some(p);
     }
     let prefix = exe.and_then(Path::parent).and_then(Path::parent);
     let mut packages = Vec::new();
     for lib in ["lib", "lib64"] {
-        let Some(dir) = prefix.map(|p| p.join(lib)) else { break };
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Some(dir) = prefix.map(|p| p.join(lib)) else {
+            break;
+        };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         let mut pythons: Vec<PathBuf> = entries
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
@@ -109,12 +117,21 @@ pub fn find_ort(exe: Option<&Path>, env: Option<&std::ffi::OsStr>, system: &[&Pa
 pub fn found_ort() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok();
     let system: Vec<&Path> = SYSTEM_LIB_DIRS.iter().map(Path::new).collect();
-    find_ort(exe.as_deref(), std::env::var_os("ORT_DYLIB_PATH").as_deref(), &system)
+    find_ort(
+        exe.as_deref(),
+        std::env::var_os("ORT_DYLIB_PATH").as_deref(),
+        &system,
+    )
 }
 
 /// The system folders [`find_ort`] looks in last (where a distribution's or a manual
 /// install's libonnxruntime goes).
-pub const SYSTEM_LIB_DIRS: &[&str] = &["/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"];
+pub const SYSTEM_LIB_DIRS: &[&str] = &[
+    "/usr/local/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+];
 
 /// The newest `libonnxruntime.so[.X.Y.Z]` file in `dir` (a plain `libonnxruntime.so` counts
 /// as the oldest: it is usually a link to one of the others).
@@ -124,7 +141,10 @@ fn newest_ort(dir: &Path) -> Option<PathBuf> {
         if rest.is_empty() {
             return Some(Vec::new());
         }
-        rest.strip_prefix('.')?.split('.').map(|n| n.parse().ok()).collect()
+        rest.strip_prefix('.')?
+            .split('.')
+            .map(|n| n.parse().ok())
+            .collect()
     };
     std::fs::read_dir(dir)
         .ok()?

@@ -90,7 +90,14 @@ pub fn resolve(config: Option<&Path>, flags: &Flags) -> Result<Settings> {
     }
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let ort = found_ort();
-    resolve_with(config, flags, &env, &cwd, user_models_dir().as_deref(), ort.as_deref())
+    resolve_with(
+        config,
+        flags,
+        &env,
+        &cwd,
+        user_models_dir().as_deref(),
+        ort.as_deref(),
+    )
 }
 
 /// [`resolve`] with its inputs given: the environment, the current folder and the user's

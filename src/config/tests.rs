@@ -38,7 +38,15 @@ fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() 
     std::fs::write(user.path().join(small), b"GGUF").unwrap();
     std::fs::create_dir(user.path().join("minilm")).unwrap();
     let at = |u: Option<&Path>| {
-        resolve_with(None, &Flags::default(), &Env::new(), project.path(), u, None).unwrap()
+        resolve_with(
+            None,
+            &Flags::default(),
+            &Env::new(),
+            project.path(),
+            u,
+            None,
+        )
+        .unwrap()
     };
     let s = at(Some(user.path()));
     assert_eq!(s.llm.model, user.path().join(small));
@@ -348,20 +356,31 @@ fn onnx_runtime_is_found_in_the_onnxruntime_package_installed_beside_rag() {
     let capi = prefix.join("lib/python3.12/site-packages/onnxruntime/capi");
     std::fs::create_dir_all(&capi).unwrap();
     std::fs::create_dir_all(prefix.join("bin")).unwrap();
-    for f in ["libonnxruntime.so.1.24.2", "libonnxruntime_providers_shared.so", "onnxruntime_pybind11_state.so"] {
+    for f in [
+        "libonnxruntime.so.1.24.2",
+        "libonnxruntime_providers_shared.so",
+        "onnxruntime_pybind11_state.so",
+    ] {
         std::fs::write(capi.join(f), b"ELF").unwrap();
     }
     let exe = prefix.join("bin/rag");
     let system = tmp.path().join("usr-lib");
     std::fs::create_dir_all(&system).unwrap();
     // Versions compare as numbers: 1.20.0 is newer than 1.9.9.
-    for f in ["libonnxruntime.so.1.9.9", "libonnxruntime.so.1.20.0", "libonnxruntime.so"] {
+    for f in [
+        "libonnxruntime.so.1.9.9",
+        "libonnxruntime.so.1.20.0",
+        "libonnxruntime.so",
+    ] {
         std::fs::write(system.join(f), b"ELF").unwrap();
     }
     let find = |env: Option<&Path>, sys: &[&Path]| {
         super::models::find_ort(Some(&exe), env.map(Path::as_os_str), sys)
     };
-    assert_eq!(find(None, &[&system]), Some(capi.join("libonnxruntime.so.1.24.2")));
+    assert_eq!(
+        find(None, &[&system]),
+        Some(capi.join("libonnxruntime.so.1.24.2"))
+    );
     // ORT_DYLIB_PATH comes first where it names a file; a stale one is passed over.
     let mine = tmp.path().join("mine.so");
     std::fs::write(&mine, b"ELF").unwrap();
@@ -372,7 +391,10 @@ fn onnx_runtime_is_found_in_the_onnxruntime_package_installed_beside_rag() {
     );
     // No package beside rag: the newest library in the system folders.
     std::fs::remove_dir_all(prefix.join("lib")).unwrap();
-    assert_eq!(find(None, &[&system]), Some(system.join("libonnxruntime.so.1.20.0")));
+    assert_eq!(
+        find(None, &[&system]),
+        Some(system.join("libonnxruntime.so.1.20.0"))
+    );
     assert_eq!(find(None, &[]), None);
 }
 
@@ -381,10 +403,17 @@ fn a_found_onnx_runtime_is_used_only_where_no_model_folder_has_the_pinned_one() 
     let project = tempfile::tempdir().unwrap();
     let found = project.path().join("elsewhere/libonnxruntime.so.1.30.0");
     let at = |ort: Option<&Path>| {
-        resolve_with(None, &Flags::default(), &Env::new(), project.path(), None, ort)
-            .unwrap()
-            .embed
-            .ort_lib
+        resolve_with(
+            None,
+            &Flags::default(),
+            &Env::new(),
+            project.path(),
+            None,
+            ort,
+        )
+        .unwrap()
+        .embed
+        .ort_lib
     };
     assert_eq!(at(Some(&found)), found);
     let pinned = project.path().join("models/libonnxruntime.so.1.31.1");
@@ -394,6 +423,14 @@ fn a_found_onnx_runtime_is_used_only_where_no_model_folder_has_the_pinned_one() 
     assert_eq!(at(Some(&found)), pinned, "the project's own library wins");
     // A key set anywhere is never replaced.
     let env: Env = [("RAG_EMBED_ORT_LIB".to_string(), "/opt/ort.so".to_string())].into();
-    let s = resolve_with(None, &Flags::default(), &env, project.path(), None, Some(&found)).unwrap();
+    let s = resolve_with(
+        None,
+        &Flags::default(),
+        &env,
+        project.path(),
+        None,
+        Some(&found),
+    )
+    .unwrap();
     assert_eq!(s.embed.ort_lib, PathBuf::from("/opt/ort.so"));
 }

@@ -291,7 +291,11 @@ mod tests {
             let ids: std::collections::HashSet<&str> = dev.iter().map(|c| c.id.as_str()).collect();
             assert_eq!(ids.len(), dev.len(), "{set}: ids are unique");
             let second = root.join(set).join("heldout2.yaml");
-            let held2 = if second.exists() { load(&second).unwrap() } else { Vec::new() };
+            let held2 = if second.exists() {
+                load(&second).unwrap()
+            } else {
+                Vec::new()
+            };
             let mut seen = ids;
             for c in held.iter().chain(&held2) {
                 assert!(seen.insert(c.id.as_str()), "{set}: {} in two parts", c.id);

@@ -458,15 +458,29 @@ mod tests {
         let gone = remove(&dir).unwrap();
         let mut names: Vec<_> = gone.iter().map(|(n, _)| n.as_str()).collect();
         names.sort();
-        assert_eq!(names, [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"]);
+        assert_eq!(
+            names,
+            [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"]
+        );
         assert!(gone.iter().all(|(_, n)| *n == 5));
-        let mut left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+        let mut left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         left.sort();
-        assert_eq!(left, ["mine.gguf"], "the user's own file and nothing else stays");
+        assert_eq!(
+            left,
+            ["mine.gguf"],
+            "the user's own file and nothing else stays"
+        );
         std::fs::remove_file(dir.join("mine.gguf")).unwrap();
         assert!(remove(&dir).unwrap().is_empty());
         assert!(!dir.exists(), "an empty model folder goes");
-        assert!(remove(&dir).unwrap().is_empty(), "again: nothing to do, no error");
+        assert!(
+            remove(&dir).unwrap().is_empty(),
+            "again: nothing to do, no error"
+        );
     }
 
     #[test]

@@ -114,7 +114,11 @@ impl Venv {
             .arg(&dir)
             .output()
             .unwrap();
-        assert!(out.status.success(), "python3 -m venv: {}", text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "python3 -m venv: {}",
+            text(&out.stderr)
+        );
         Venv { dir, places }
     }
 
@@ -125,16 +129,24 @@ impl Venv {
             .env_clear()
             .env("PATH", &self.places.path)
             .env("HOME", &self.places.home);
-        let real_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let real_home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         c.env("PIP_CACHE_DIR", real_home.join(".cache/pip"));
         for (k, v) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();
-            if k.starts_with("PIP_") && k != "PIP_CACHE_DIR" || k.to_lowercase().ends_with("_proxy") {
+            if k.starts_with("PIP_") && k != "PIP_CACHE_DIR" || k.to_lowercase().ends_with("_proxy")
+            {
                 c.env(k, v);
             }
         }
         let out = c.output().unwrap();
-        assert!(out.status.success(), "pip {args:?}: {}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "pip {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
         out
     }
 
@@ -159,7 +171,9 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     let wheel = artifact(&dist(), ".whl");
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
-        name.starts_with("rag_offline-") && name.contains("-py3-none-manylinux_2_") && name.ends_with("_x86_64.whl"),
+        name.starts_with("rag_offline-")
+            && name.contains("-py3-none-manylinux_2_")
+            && name.ends_with("_x86_64.whl"),
         "{name}"
     );
     let tmp = tempfile::tempdir().unwrap();
@@ -169,18 +183,34 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     let before = v.files();
     v.pip(&["install", "-q", wheel.to_str().unwrap()]);
     let show = text(&v.pip(&["show", "rag-offline"]).stdout);
-    assert!(show.lines().any(|l| l.trim() == "Requires: onnxruntime"), "{show}");
+    assert!(
+        show.lines().any(|l| l.trim() == "Requires: onnxruntime"),
+        "{show}"
+    );
     let p = &v.places;
     let (code, out, err) = p.rag(&["--version"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("rag "), "{out}");
 
-    let fetch = p.rag(&["models", "fetch", "--minimal", &format!("--from={}", repo().join("models").display())]);
+    let fetch = p.rag(&[
+        "models",
+        "fetch",
+        "--minimal",
+        &format!("--from={}", repo().join("models").display()),
+    ]);
     assert_eq!(fetch.0, 0, "{}", fetch.2);
-    assert!(fetch.2.contains("ONNX Runtime from the onnxruntime package beside rag"), "{}", fetch.2);
+    assert!(
+        fetch
+            .2
+            .contains("ONNX Runtime from the onnxruntime package beside rag"),
+        "{}",
+        fetch.2
+    );
     let models = p.data.join("rag/models");
     assert!(
-        !files(&models).iter().any(|f| f.to_string_lossy().contains("onnxruntime")),
+        !files(&models)
+            .iter()
+            .any(|f| f.to_string_lossy().contains("onnxruntime")),
         "no second ONNX Runtime in the model folder: {:?}",
         files(&models)
     );
@@ -196,7 +226,9 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     let (_, doctor, _) = p.rag(&["doctor"]);
     let site = v.dir.join("lib");
     assert!(
-        doctor.lines().any(|l| l.contains("ONNX Runtime") && l.contains(site.to_str().unwrap()) && l.contains("onnxruntime/capi")),
+        doctor.lines().any(|l| l.contains("ONNX Runtime")
+            && l.contains(site.to_str().unwrap())
+            && l.contains("onnxruntime/capi")),
         "ONNX Runtime from the venv's onnxruntime package: {doctor}"
     );
 
@@ -204,8 +236,15 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     let (code, out, err) = p.rag(&["models", "remove"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("removed "), "{out}");
-    assert_eq!(files(&p.data), Vec::<PathBuf>::new(), "no model left behind");
-    assert!(!p.data.join("rag").exists(), "the folders it made are gone too");
+    assert_eq!(
+        files(&p.data),
+        Vec::<PathBuf>::new(),
+        "no model left behind"
+    );
+    assert!(
+        !p.data.join("rag").exists(),
+        "the folders it made are gone too"
+    );
     v.pip(&["uninstall", "-y", "-q", "rag-offline"]);
     assert_eq!(v.files(), before, "pip uninstall leaves the venv as it was");
 }
@@ -234,7 +273,9 @@ fn the_release_workflow_builds_and_uploads_what_make_dist_writes() {
     assert!(dist.contains("name=rag-$version-x86_64-unknown-linux-gnu"));
     assert!(dist.contains("tarball=$name.tar.gz") && dist.contains(">SHA256SUMS"));
     let wheel = std::fs::read_to_string(repo().join("scripts/wheel.sh")).unwrap();
-    assert!(wheel.contains("dist=rag_offline-$version") && wheel.contains("*-manylinux_*_x86_64.whl)"));
+    assert!(
+        wheel.contains("dist=rag_offline-$version") && wheel.contains("*-manylinux_*_x86_64.whl)")
+    );
     for want in [
         "dist/rag-*-x86_64-unknown-linux-gnu.tar.gz",
         "dist/rag_offline-*-manylinux_*_x86_64.whl",
@@ -253,8 +294,14 @@ fn the_binstall_metadata_points_at_the_release_tarball() {
         .unwrap();
     let b = &manifest["package"]["metadata"]["binstall"];
     let url = b["pkg-url"].as_str().unwrap();
-    assert!(url.ends_with("/releases/download/v{ version }/rag-{ version }-{ target }.tar.gz"), "{url}");
-    assert_eq!(b["bin-dir"].as_str(), Some("rag-{ version }-{ target }/bin/{ bin }{ binary-ext }"));
+    assert!(
+        url.ends_with("/releases/download/v{ version }/rag-{ version }-{ target }.tar.gz"),
+        "{url}"
+    );
+    assert_eq!(
+        b["bin-dir"].as_str(),
+        Some("rag-{ version }-{ target }/bin/{ bin }{ binary-ext }")
+    );
     assert_eq!(b["pkg-fmt"].as_str(), Some("tgz"));
     // What dist.sh packs for target x86_64-unknown-linux-gnu: NAME/bin/rag in NAME.tar.gz.
     let dist = std::fs::read_to_string(repo().join("scripts/dist.sh")).unwrap();
