@@ -12,8 +12,9 @@
 #   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=small: the 135M,
 #                                   MODEL=medium: the 0.5B, from scripts/setup.sh --large)
 #   SETS=python make eval           one set (sqlite, python, bash; default all three)
-#   PARTS=dev make eval             one part (dev, heldout, heldout2; default all a set has:
-#                                   heldout2, a second held-out part, only SQLite and Bash)
+#   PARTS=dev make eval             one part (dev, dev2, heldout, heldout2; default all a set
+#                                   has: dev2, a second tuning part, and heldout2, a second
+#                                   held-out part, only SQLite and Bash)
 #   TAG=k5 make eval                name the saved runs PART-TAG.json (default: MODEL, or
 #                                   retrieval without ANSWERS)
 #   EVAL_ARGS="--min hit@5=0.9" make eval   extra flags for rag eval
@@ -37,7 +38,7 @@ args+=(${EVAL_ARGS:-})
 tag=${MODEL:-auto}
 [ -n "${ANSWERS:-}" ] || tag=retrieval
 tag=${TAG:-$tag}
-parts=${PARTS:-dev heldout heldout2}
+parts=${PARTS:-dev dev2 heldout heldout2}
 status=0
 saved=()
 last_set=${sets##* }

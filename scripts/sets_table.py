@@ -8,8 +8,9 @@ answer mean), one row per run tag.
 
 Reads $EVAL_DIR (default ~/.cache/rag/eval): the SQLite project is $EVAL_DIR itself, the
 others $EVAL_DIR/python and $EVAL_DIR/bash, each holding PART-TAG.json (scripts/eval.sh
-names them so; TAG=… make eval). A missing run is skipped. The last rows pool the three
-dev parts, then the three held-out parts (every case counts once).
+names them so; TAG=… make eval). A missing run is skipped. The last rows pool each part over
+the sets, then every tuning part (dev, dev2) and every held-out part (heldout, heldout2)
+(every case counts once).
 """
 import json
 import os
@@ -17,6 +18,9 @@ import sys
 
 DIR = os.environ.get("EVAL_DIR", os.path.expanduser("~/.cache/rag/eval"))
 SETS = [("sqlite", DIR), ("python", f"{DIR}/python"), ("bash", f"{DIR}/bash")]
+PARTS = ("dev", "dev2", "heldout", "heldout2")
+# The parts tuned on, and the parts only reported.
+GROUPS = (("tuning", ("dev", "dev2")), ("held-out", ("heldout", "heldout2")))
 
 
 def load(project, part, tag):
@@ -70,7 +74,7 @@ def main(tags):
     print("|" + "---|" * len(head))
     pooled = {}
     for name, project in SETS:
-        for part in ("dev", "heldout", "heldout2"):
+        for part in PARTS:
             for tag in tags:
                 run = load(project, part, tag)
                 if run is None:
@@ -80,6 +84,11 @@ def main(tags):
     for (part, tag), runs in sorted(pooled.items()):
         if len(runs) > 1:
             print("| " + " | ".join(row(f"**all {len(runs)} sets, {part} {tag}**", runs)) + " |")
+    for name, parts in GROUPS:
+        for tag in tags:
+            runs = [r for p in parts for r in pooled.get((p, tag), [])]
+            if len(runs) > 1:
+                print("| " + " | ".join(row(f"**every {name} part, {tag}**", runs)) + " |")
 
 
 if __name__ == "__main__":

@@ -279,8 +279,8 @@ mod tests {
     }
 
     /// The three dev sets `make eval` runs parse, hold 60 cases or more each with at least
-    /// 20 held out, and never share a case between their parts (a second held-out part,
-    /// heldout2.yaml, where a set has one).
+    /// 20 held out, and never share a case between their parts (a second tuning part,
+    /// dev2.yaml, and a second held-out part, heldout2.yaml, where a set has them).
     #[test]
     fn the_dev_sets_parse_and_keep_their_parts_apart() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("eval");
@@ -290,14 +290,15 @@ mod tests {
             assert!(dev.len() + held.len() >= 60 && held.len() >= 20, "{set}");
             let ids: std::collections::HashSet<&str> = dev.iter().map(|c| c.id.as_str()).collect();
             assert_eq!(ids.len(), dev.len(), "{set}: ids are unique");
-            let second = root.join(set).join("heldout2.yaml");
-            let held2 = if second.exists() {
-                load(&second).unwrap()
-            } else {
-                Vec::new()
+            let optional = |name: &str| {
+                let path = root.join(set).join(name);
+                path.exists()
+                    .then(|| load(&path).unwrap())
+                    .unwrap_or_default()
             };
+            let (dev2, held2) = (optional("dev2.yaml"), optional("heldout2.yaml"));
             let mut seen = ids;
-            for c in held.iter().chain(&held2) {
+            for c in dev2.iter().chain(&held).chain(&held2) {
                 assert!(seen.insert(c.id.as_str()), "{set}: {} in two parts", c.id);
                 assert!(!c.case.answer_contains.is_empty(), "{set}: {}", c.id);
             }
