@@ -4,9 +4,11 @@ without generating anything again (#24). Every answer at temperature 0 is a func
 question and its generator, so a rule's keywords and answer time are the sum, over the
 cases, of the route it picks, read from one `rag eval --answers --save-json` run per route.
 
-Usage: route_table.py [EVAL_DIR]   (default ~/.cache/rag/eval: where scripts/eval.sh saves
+Usage: route_table.py [EVAL_DIR ...]   (default ~/.cache/rag/eval: where scripts/eval.sh saves
        PART-MODEL.json for PART dev and heldout; `ANSWERS=1 MODEL=small scripts/eval.sh` and
-       MODEL=large, optionally MODEL=medium, make them)
+       MODEL=large, optionally MODEL=medium, make them). Several folders (the SQLite project
+       and $EVAL_DIR/python, $EVAL_DIR/bash) are pooled case by case; a part with no small
+       and large runs in any folder is left out.
 
 Prints one Markdown table: each rule's keywords and mean answer time on every part, the
 share sent to each generator, and keywords and time relative to the large model alone.
@@ -24,16 +26,24 @@ import json, os, sys
 TIERS = ("small", "medium", "large")
 
 
-def load(d, part):
-    """The runs of one part; small and large are needed, medium is optional."""
+def load(dirs, part):
+    """The runs of one part, pooled over the folders that have its small and large runs
+    (medium is optional, and then needed in every such folder); cases are keyed by (folder,
+    id). None when no folder has them."""
     runs = {}
-    for t in TIERS:
-        try:
-            with open(f"{d}/{part}-{t}.json") as f:
-                runs[t] = {r["id"]: r["answer"] for r in json.load(f)["results"] if r.get("answer")}
-        except FileNotFoundError:
-            if t != "medium":
-                raise
+    for d in dirs:
+        found = {}
+        for t in TIERS:
+            try:
+                with open(f"{d}/{part}-{t}.json") as f:
+                    found[t] = {(d, r["id"]): r["answer"] for r in json.load(f)["results"] if r.get("answer")}
+            except FileNotFoundError:
+                pass
+        if "small" in found and "large" in found:
+            for t, answers in found.items():
+                runs.setdefault(t, {}).update(answers)
+    if "large" not in runs:
+        return None
     ids = [i for i in runs["large"] if all(i in r for r in runs.values())]
     return ids, runs
 
@@ -82,11 +92,14 @@ def oracle(i, runs):
 
 
 def main():
-    if len(sys.argv) > 2 or sys.argv[1:2] in (["-h"], ["--help"]):
+    if sys.argv[1:2] in (["-h"], ["--help"]):
         sys.exit(__doc__)
-    d = sys.argv[1] if len(sys.argv) == 2 else os.path.expanduser("~/.cache/rag/eval")
-    parts = [(p, d) for p in ("dev", "heldout")]
-    data = {name: load(d, name) for name, _ in parts}
+    dirs = sys.argv[1:] or [os.path.expanduser("~/.cache/rag/eval")]
+    data = {p: load(dirs, p) for p in ("dev", "heldout")}
+    data = {p: runs for p, runs in data.items() if runs is not None}
+    if not data:
+        sys.exit(f"route_table: no folder of {dirs} has PART-small.json and PART-large.json")
+    parts = [(p, dirs) for p in data]
     have = set.intersection(*(set(runs) for _, runs in data.values()))
     rules = [(f"{t} alone", fixed(t)) for t in TIERS if t in have]
     for bigger in [t for t in ("medium", "large") if t in have]:
