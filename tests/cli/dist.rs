@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
 
-use crate::install::{check_installed, check_uninstalled, check_works_from_any_folder, Places};
+use crate::install::{
+    check_installed, check_no_models_left, check_uninstalled, check_works_from_any_folder, Places,
+};
 use crate::support::{files, repo};
 
 /// The dist folder, packed by the first test that asks (both tests use one packing: the wheel
@@ -236,15 +238,7 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
     let (code, out, err) = p.rag(&["models", "remove"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("removed "), "{out}");
-    assert_eq!(
-        files(&p.data),
-        Vec::<PathBuf>::new(),
-        "no model left behind"
-    );
-    assert!(
-        !p.data.join("rag").exists(),
-        "the folders it made are gone too"
-    );
+    check_no_models_left(&p);
     v.pip(&["uninstall", "-y", "-q", "rag-offline"]);
     assert_eq!(v.files(), before, "pip uninstall leaves the venv as it was");
 }

@@ -119,6 +119,19 @@ pub(crate) fn check_works_from_any_folder(p: &Places) {
     );
 }
 
+/// The data folder holds no model file and none of the folders rag made for them.
+pub(crate) fn check_no_models_left(p: &Places) {
+    assert_eq!(
+        files(&p.data),
+        Vec::<PathBuf>::new(),
+        "no model left behind"
+    );
+    assert!(
+        !p.data.join("rag").exists(),
+        "the folders it made are gone too"
+    );
+}
+
 /// `undo` (`make uninstall`, the tarball's `install.sh --uninstall`) removes every file and
 /// folder the install made, and again is no error.
 pub(crate) fn check_uninstalled(p: &Places, undo: impl Fn() -> std::process::Output) {
@@ -133,15 +146,7 @@ pub(crate) fn check_uninstalled(p: &Places, undo: impl Fn() -> std::process::Out
         Vec::<PathBuf>::new(),
         "nothing left under PREFIX"
     );
-    assert_eq!(
-        files(&p.data),
-        Vec::<PathBuf>::new(),
-        "no model left behind"
-    );
-    assert!(
-        !p.data.join("rag").exists(),
-        "the folders it made are gone too"
-    );
+    check_no_models_left(p);
     assert!(
         !p.prefix.exists(),
         "PREFIX did not exist before the install, so it goes too"
