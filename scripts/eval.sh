@@ -27,7 +27,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 dir=${EVAL_DIR:-$HOME/.cache/rag/eval}
-[ -x "$rag" ] || { echo "eval: build first (make build)" >&2; exit 1; }
 # SETS="sqlite python bash" (the default) picks the dev sets; each is its own project.
 sets=${SETS:-sqlite python bash}
 
@@ -39,6 +38,16 @@ tag=${MODEL:-auto}
 [ -n "${ANSWERS:-}" ] || tag=retrieval
 tag=${TAG:-$tag}
 parts=${PARTS:-dev dev2 heldout heldout2}
+# A name that is no set or part is a mistake (a typo would otherwise run nothing and pass);
+# a known part that one set lacks (Python has no dev2) is skipped for that set.
+for set in $sets; do
+  case $set in sqlite | python | bash) ;; *) echo "eval: unknown set '$set' in SETS (sqlite, python, bash)" >&2; exit 2 ;; esac
+done
+for part in $parts; do
+  case $part in dev | dev2 | heldout | heldout2) ;; *) echo "eval: unknown part '$part' in PARTS (dev, dev2, heldout, heldout2)" >&2; exit 2 ;; esac
+done
+[ -n "${sets// /}" ] && [ -n "${parts// /}" ] || { echo "eval: SETS and PARTS may not be empty" >&2; exit 2; }
+[ -x "$rag" ] || { echo "eval: build first (make build)" >&2; exit 1; }
 status=0
 saved=()
 last_set=${sets##* }
@@ -49,7 +58,6 @@ for set in $sets; do
     sqlite) project=$dir corpus=sqlite-doc fetch=devset.sh ;;
     python) project=$dir/python corpus=python-doc fetch=devset-python.sh ;;
     bash) project=$dir/bash corpus=bash-doc fetch=devset-bash.sh ;;
-    *) echo "eval: unknown set '$set' (sqlite, python, bash)" >&2; exit 2 ;;
   esac
   mkdir -p "$project"
   "$root/scripts/$fetch" "$project/$corpus"
