@@ -9,16 +9,24 @@ pub use crate::config::Order;
 use crate::llm::Message;
 use crate::store::Hit;
 
-/// The instructions. Measured on the dev set (eval/sqlite/dev.yaml, keywords in the answer):
-/// the earlier wording ("reply in one or two short sentences ... end each sentence with the
-/// id of the source ... like [S1] ... if no source is about the question, say so") made the
-/// 0.5B model answer "[S1]" and nothing else for 4 of 10 questions; this one raised keywords
-/// from 0.154 to 0.246 (Qwen2.5-Coder-0.5B) and 0.185 to 0.215 (SmolLM2-135M), with no false
-/// refusals. Declining is the retrieval check's job (`retrieval.min_similarity`). Asking
-/// for "one or two sentences" as well changed nothing for SmolLM2-135M (20 dev questions:
-/// same keywords, answers as long): it often adds facts from other sources after the answer.
-pub const SYSTEM: &str = "Answer the question using only the sources. \
-Give the exact command, option, function, setting or value the sources name, \
+/// The instructions. First measured on the SQLite dev set (eval/sqlite/dev.yaml, keywords in
+/// the answer) with the 135M and 0.5B: the earlier wording ("reply in one or two short
+/// sentences ... end each sentence with the id of the source ... like [S1] ... if no source
+/// is about the question, say so") made the 0.5B model answer "[S1]" and nothing else for 4
+/// of 10 questions; naming "the exact command, option, function, setting or value" raised
+/// keywords from 0.154 to 0.246 (Qwen2.5-Coder-0.5B) and 0.185 to 0.215 (SmolLM2-135M).
+/// Declining is the retrieval check's job (`retrieval.min_similarity`).
+///
+/// "At most four sentences. Reply directly, without restating the question or describing
+/// your steps" is for the 1.5B, the generator most users get (2026-12-06, #43): without it,
+/// it opened with "To determine X, we need to analyze ..." and a numbered walk-through that
+/// ran into `llm.max_tokens` or a repetition stop before the answer. On the 140 tuning
+/// questions of four parts whose context held the key strings, it stated them for 102
+/// instead of 96; 1 answer reached the token limit instead of 24 and 3 ended at a
+/// repetition stop instead of 12, and the answers were 30% shorter (docs/quality.md).
+pub const SYSTEM: &str = "Answer the question using only the sources, in at most four sentences. \
+Reply directly, without restating the question or describing your steps. \
+Name the exact command, option, function, setting or value the sources give, \
 and cite the source id like [S1] after each sentence.";
 
 /// A packed source: its label number (`[S{n}]`) and the retrieved span.
