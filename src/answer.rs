@@ -110,6 +110,9 @@ pub enum Event<'a> {
     /// A problem that did not stop the answer (a damaged prompt cache entry, a draft model
     /// that could not load): the answer is the same; something was slower or not saved.
     Warning(&'a str),
+    /// What a person should know of how the answer is made, shown once in a while (the
+    /// generator answers over `llm.answer_budget_s`, or a smaller one answers for time).
+    Note(&'a str),
     /// The prompt is being read: `tokens` to prefill (a terminal shows a spinner).
     Prefill { tokens: usize },
     /// The prompt has been read; decoding starts.

@@ -102,6 +102,7 @@ impl Printer {
                 _,
             ) => return ranking(ranked, *mode, *filter),
             (Event::Warning(w), _) => o.warn.push(w.to_string()),
+            (Event::Note(n), _) => o.info.push(format!("note: {n}")),
             (Event::Dropped(d), _) => o.info.push(format!(
                 "note: {}:{}-{} did not fit the context budget",
                 d.path, d.line_start, d.line_end
@@ -425,7 +426,7 @@ fn ingest_plan(o: &mut Output, plan: &Plan) {
 /// mcp, `ask --batch`) or that show the answer their own way (eval) pass the rest on.
 pub fn aside(e: &Event, ui: &Ui) -> bool {
     match e {
-        Event::Warning(_) | Event::Ranked { .. } => {
+        Event::Warning(_) | Event::Note(_) | Event::Ranked { .. } => {
             let plain = Printer {
                 format: Format::Text,
                 live: false,

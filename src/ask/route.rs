@@ -1,16 +1,17 @@
 //! Which generator answers, pure. `small`, `medium` and `large` are the user's choice; `auto`
-//! (the default) takes the best installed generator whose measured speed on this machine
-//! answers a typical question within `llm.answer_budget_s`, so a new user's first answer
-//! comes from the 1.5B where it is installed and fast enough, and from a smaller one where
-//! it is not. A generator that was never measured here is tried (its first answer measures
-//! it); one measured too slow is passed over for the next smaller one.
+//! (the default) takes the best installed generator, and steps down to a smaller one only on
+//! evidence: the best one measured on a quiet machine over `llm.answer_budget_s`, and the
+//! smaller one known to fit, measured here or predicted from the larger one's measured
+//! throughput and the two files ([`Speed::Predicted`]). A generator never measured here is
+//! never tried as a guess when a larger one is known; a figure taken while other processes
+//! held the CPU is not the machine's speed and moves nothing; when nothing fits, the best
+//! installed generator answers and the route says how long it takes and what trades quality
+//! for time ([`Route::note`]).
 //!
 //! `llm.route_similarity` (off by default) adds the former per-question rule on top: a
 //! question whose best span is at least that similar goes to the small generator. Measured
 //! on the SQLite dev set it kept 84% of the 1.5B's keywords at 84% of its time (0.70), a
 //! worse trade than the 1.5B alone when it fits the budget (docs/quality.md: routing).
-//! Routing long questions to a larger model was dropped on measurement earlier: 57 of 65
-//! dev questions are longer than 20 words, and the 0.5B scored below the 135M on them.
 
 use crate::config::{Route as ChosenRoute, Tier};
 
@@ -28,6 +29,10 @@ pub struct Route {
     /// `small`, `medium` or `large`
     pub model: Tier,
     pub reason: String,
+    /// For a person, once: the route answers with a generator over the budget, or stepped
+    /// down for time; how long it takes and which setting trades quality for time.
+    #[serde(skip)]
+    pub note: Option<String>,
 }
 
 /// What routing knows of a generator that can answer.
@@ -37,16 +42,67 @@ pub enum Speed {
     Missing,
     /// Present but not measured on this machine yet (or on a server, whose speed is its own).
     Unmeasured,
-    /// Seconds a typical question takes, from the answers measured here.
-    Typical(f64),
-    /// The same, last measured more than [`RETRY_AFTER_S`] ago: one that was too slow then
-    /// is tried again (the machine may have been busy), so one slow moment does not pin
-    /// `auto` to a smaller generator for good.
-    Stale(f64),
+    /// Measured by its own answers here.
+    Measured(Measure),
+    /// Not measured on a quiet machine, but predicted from `from`, a larger generator that
+    /// was: its throughput scaled by the two files' parameters and bytes.
+    Predicted { typical_s: f64, from: Tier },
+}
+
+/// A generator's typical question, measured here.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measure {
+    /// Seconds a typical question takes ([`TYPICAL_PROMPT_TOKENS`], [`TYPICAL_ANSWER_TOKENS`]).
+    pub typical_s: f64,
+    /// Taken while the machine was quiet. A figure taken while other processes held the CPU
+    /// only says the generator is at least this fast.
+    pub quiet: bool,
+    /// Over an hour old, and the machine is quiet now: one that was over the budget is
+    /// measured again by this answer, so an old figure does not pin `auto` for good.
+    pub retry: bool,
+}
+
+impl Speed {
+    /// Measured on a quiet machine: `typical_s`, for a figure that is the machine's own.
+    #[cfg(test)]
+    pub fn quiet(typical_s: f64) -> Speed {
+        Speed::Measured(Measure {
+            typical_s,
+            quiet: true,
+            retry: false,
+        })
+    }
+
+    /// A typical question's seconds where known (measured, however, or predicted).
+    pub fn seconds(self) -> Option<f64> {
+        match self {
+            Speed::Measured(m) => Some(m.typical_s),
+            Speed::Predicted { typical_s, .. } => Some(typical_s),
+            Speed::Missing | Speed::Unmeasured => None,
+        }
+    }
+
+    /// Known to answer a typical question within `budget_s`: a measure (a busy one is an
+    /// upper bound) or a prediction at or under it.
+    fn fits(self, budget_s: f64) -> bool {
+        self.seconds().is_some_and(|s| s <= budget_s)
+    }
+
+    /// Shown in a reason: "12.3 s here", "4.1 s predicted from the large one".
+    fn said(self) -> String {
+        match self {
+            Speed::Measured(m) if m.quiet => format!("{:.1} s here", m.typical_s),
+            Speed::Measured(m) => format!("{:.1} s here, measured while busy", m.typical_s),
+            Speed::Predicted { typical_s, from } => {
+                format!("{typical_s:.1} s predicted from the {} one", from.name())
+            }
+            Speed::Missing | Speed::Unmeasured => "not measured".into(),
+        }
+    }
 }
 
 /// How long a generator passed over as too slow stays passed over before `auto` measures it
-/// again with one answer.
+/// again with one answer (on a quiet machine only).
 pub const RETRY_AFTER_S: u64 = 3600;
 
 /// The budget rule of `auto`: `budget_s` seconds per typical question.
@@ -57,6 +113,9 @@ pub struct Budget {
     pub similarity: f32,
 }
 
+/// Largest first: the order `auto` considers them in.
+const BEST_FIRST: [Tier; 3] = [Tier::Large, Tier::Medium, Tier::Small];
+
 /// The route for `choice`; `speed` says what is known of each generator.
 pub fn route(
     choice: ChosenRoute,
@@ -64,27 +123,34 @@ pub fn route(
     budget: Budget,
     speed: impl Fn(Tier) -> Speed,
 ) -> Route {
-    let to = |model: Tier, reason: String| Route { model, reason };
+    let to = |model: Tier, reason: &str| Route {
+        model,
+        reason: reason.into(),
+        note: None,
+    };
     match choice {
-        ChosenRoute::Small => to(Tier::Small, "asked for the small model".into()),
-        ChosenRoute::Medium => to(Tier::Medium, "asked for the medium model".into()),
-        ChosenRoute::Large => to(Tier::Large, "asked for the large model".into()),
+        ChosenRoute::Small => to(Tier::Small, "asked for the small model"),
+        ChosenRoute::Medium => to(Tier::Medium, "asked for the medium model"),
+        ChosenRoute::Large => to(Tier::Large, "asked for the large model"),
         ChosenRoute::Auto => {
-            let best = within_budget(budget.budget_s, &speed);
+            let table: Vec<(Tier, Speed)> = BEST_FIRST
+                .iter()
+                .map(|&t| (t, speed(t)))
+                .filter(|(_, s)| *s != Speed::Missing)
+                .collect();
+            let best = auto(budget.budget_s, &table);
             match best_similarity {
                 Some(s)
                     if budget.similarity > 0.0
                         && s >= budget.similarity
                         && best.model != Tier::Small
-                        && speed(Tier::Small) != Speed::Missing =>
+                        && table.iter().any(|(t, _)| *t == Tier::Small) =>
                 {
-                    to(
-                        Tier::Small,
-                        format!(
-                            "auto: strong retrieval match ({s:.2} >= llm.route_similarity = {})",
-                            budget.similarity
-                        ),
-                    )
+                    let why = format!(
+                        "auto: strong retrieval match ({s:.2} >= llm.route_similarity = {})",
+                        budget.similarity
+                    );
+                    to(Tier::Small, &why)
                 }
                 _ => best,
             }
@@ -92,118 +158,110 @@ pub fn route(
     }
 }
 
-/// The best installed generator that answers a typical question within `budget_s`.
-fn within_budget(budget_s: f64, speed: &impl Fn(Tier) -> Speed) -> Route {
-    let mut slower = Vec::new();
-    for tier in [Tier::Large, Tier::Medium, Tier::Small] {
-        let reason = match speed(tier) {
-            Speed::Missing => continue,
-            Speed::Unmeasured => format!(
-                "auto: the best installed generator; not measured on this machine yet, so this answer measures it (budget {budget_s} s)"
-            ),
-            Speed::Typical(s) | Speed::Stale(s) if s <= budget_s => format!(
-                "auto: the best installed generator that fits the budget: a typical question takes {s:.1} s here, llm.answer_budget_s = {budget_s}"
-            ),
-            Speed::Stale(s) => format!(
-                "auto: the best installed generator; a typical question took {s:.1} s when last measured, over an hour ago (llm.answer_budget_s = {budget_s}), so this answer measures it again"
-            ),
-            Speed::Typical(s) => {
-                slower.push(format!("{} {s:.1} s", tier.name()));
-                continue;
-            }
+/// `auto` over the installed generators, best first.
+fn auto(budget_s: f64, installed: &[(Tier, Speed)]) -> Route {
+    let Some(&(top, top_speed)) = installed.first() else {
+        return Route {
+            model: Tier::Small,
+            reason: "auto: no generator installed (rag models fetch)".into(),
+            note: None,
         };
-        let reason = match slower.is_empty() {
-            true => reason,
-            false => format!("{reason}; slower: {}", slower.join(", ")),
-        };
+    };
+    let best = |reason: String| Route {
+        model: top,
+        reason: format!("auto: the best installed generator; {reason}"),
+        note: None,
+    };
+    let m = match top_speed {
+        Speed::Missing | Speed::Unmeasured => {
+            return best(format!(
+                "not measured on this machine yet, so this answer measures it (llm.answer_budget_s = {budget_s})"
+            ))
+        }
+        Speed::Predicted { typical_s, .. } => Measure {
+            typical_s,
+            quiet: true,
+            retry: false,
+        },
+        Speed::Measured(m) => m,
+    };
+    let t = m.typical_s;
+    if t <= budget_s {
+        return best(format!(
+            "a typical question takes {}, within llm.answer_budget_s = {budget_s}",
+            top_speed.said()
+        ));
+    }
+    if !m.quiet {
+        return best(format!(
+            "a typical question took {t:.1} s, over llm.answer_budget_s = {budget_s}, but only while other processes held the CPU: not this machine's speed, so it answers until a quiet answer measures it"
+        ));
+    }
+    if m.retry {
+        return best(format!(
+            "a typical question took {t:.1} s over an hour ago, over llm.answer_budget_s = {budget_s}; the machine is quiet now, so this answer measures it again"
+        ));
+    }
+    // The best one is over the budget on a quiet machine: the largest smaller one known to fit.
+    let over = format!(
+        "the {} generator takes {:.1} s here, over llm.answer_budget_s = {budget_s}",
+        top.name(),
+        t
+    );
+    if let Some(&(tier, s)) = installed[1..].iter().find(|(_, s)| s.fits(budget_s)) {
+        let reason = format!("auto: {over}; the {} one fits: {}", tier.name(), s.said());
+        let note = format!(
+            "{over}, so the {} one answers ({}), with fewer right answers; `--model {}` or a larger llm.answer_budget_s for the {} one",
+            tier.name(),
+            s.said(),
+            top.name(),
+            top.name()
+        );
         return Route {
             model: tier,
             reason,
+            note: Some(note),
         };
     }
-    Route {
-        model: Tier::Small,
-        reason: if slower.is_empty() {
-            "auto: no generator installed (rag models fetch)".into()
-        } else {
-            format!(
-                "auto: none fits llm.answer_budget_s = {budget_s} ({}); the small one is the fastest",
-                slower.join(", ")
-            )
+    none_fits(top, t, budget_s, &installed[1..])
+}
+
+/// Nothing fits: the best installed generator answers, and the route says what a smaller
+/// one would take where that is known.
+fn none_fits(top: Tier, t: f64, budget_s: f64, smaller: &[(Tier, Speed)]) -> Route {
+    let quicker = smaller
+        .iter()
+        .filter(|(_, s)| s.seconds().is_some_and(|x| x < t))
+        .min_by(|a, b| {
+            a.1.seconds()
+                .partial_cmp(&b.1.seconds())
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+    let trade = match quicker {
+        Some((tier, s)) => format!(
+            "`--model {}` answers in {}, with fewer right answers",
+            tier.name(),
+            s.said()
+        ),
+        None => match smaller.last() {
+            Some((tier, _)) => format!(
+                "`--model {}` trades right answers for time (how much is not known here)",
+                tier.name()
+            ),
+            None => "no smaller generator is installed (rag models fetch --minimal)".into(),
         },
+    };
+    Route {
+        model: top,
+        reason: format!(
+            "auto: none fits llm.answer_budget_s = {budget_s}, so the best installed generator answers: a typical question takes {t:.1} s here; {trade}"
+        ),
+        note: Some(format!(
+            "a typical question takes {t:.1} s here with the {} generator, over llm.answer_budget_s = {budget_s}; it answers as the best installed one. {trade}; a larger llm.answer_budget_s keeps it without this note",
+            top.name(),
+        )),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn budget(similarity: f32) -> Budget {
-        Budget {
-            budget_s: 20.0,
-            similarity,
-        }
-    }
-
-    #[test]
-    fn auto_takes_the_best_generator_that_fits_the_budget() {
-        use ChosenRoute::*;
-        use Speed::*;
-        let pick = |large: Speed, medium: Speed, small: Speed| {
-            route(Auto, Some(0.9), budget(0.0), |t| match t {
-                Tier::Large => large,
-                Tier::Medium => medium,
-                Tier::Small => small,
-            })
-        };
-        let r = pick(Typical(9.8), Typical(18.0), Typical(4.0));
-        assert_eq!(r.model, Tier::Large);
-        assert!(r.reason.contains("9.8 s"), "{}", r.reason);
-        assert_eq!(pick(Unmeasured, Missing, Typical(4.0)).model, Tier::Large);
-        let r = pick(Typical(31.0), Typical(18.0), Typical(4.0));
-        assert_eq!(r.model, Tier::Medium);
-        assert!(r.reason.contains("slower: large 31.0 s"), "{}", r.reason);
-        assert_eq!(pick(Typical(31.0), Missing, Unmeasured).model, Tier::Small);
-        let r = pick(Typical(90.0), Typical(40.0), Typical(25.0));
-        assert_eq!(r.model, Tier::Small);
-        assert!(r.reason.contains("none fits"), "{}", r.reason);
-        assert_eq!(pick(Missing, Missing, Missing).model, Tier::Small);
-        // Too slow over an hour ago: measured again; a stale figure within budget still fits.
-        let r = pick(Stale(31.0), Typical(18.0), Typical(4.0));
-        assert_eq!(r.model, Tier::Large);
-        assert!(r.reason.contains("measures it again"), "{}", r.reason);
-        let r = pick(Stale(9.0), Typical(18.0), Typical(4.0));
-        assert!(r.reason.contains("fits the budget"), "{}", r.reason);
-        // A fixed route is the user's choice, whatever is installed.
-        assert_eq!(
-            route(Large, None, budget(0.0), |_| Missing).model,
-            Tier::Large
-        );
-        assert_eq!(
-            route(Medium, None, budget(0.0), |_| Missing).model,
-            Tier::Medium
-        );
-        assert_eq!(
-            route(Small, None, budget(0.0), |_| Unmeasured).model,
-            Tier::Small
-        );
-    }
-
-    #[test]
-    fn a_strong_match_goes_to_the_small_generator_only_when_asked() {
-        let all = |_: Tier| Speed::Unmeasured;
-        let auto = ChosenRoute::Auto;
-        assert_eq!(route(auto, Some(0.8), budget(0.0), all).model, Tier::Large);
-        assert_eq!(route(auto, Some(0.8), budget(0.7), all).model, Tier::Small);
-        assert_eq!(route(auto, Some(0.6), budget(0.7), all).model, Tier::Large);
-        assert_eq!(route(auto, None, budget(0.7), all).model, Tier::Large);
-        let no_small = |t: Tier| match t {
-            Tier::Small => Speed::Missing,
-            _ => Speed::Unmeasured,
-        };
-        assert_eq!(
-            route(auto, Some(0.9), budget(0.7), no_small).model,
-            Tier::Large
-        );
-    }
-}
+mod tests;

@@ -198,7 +198,8 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
 }
 
 /// The speeds earlier answers measured of each local generator on this machine, and the
-/// generator the route answers with now (`auto`: the best that fits `llm.answer_budget_s`).
+/// generator the route answers with now (`auto`: the best installed, unless it is over
+/// `llm.answer_budget_s` and a smaller one is known to fit).
 fn routing(s: &Settings, out: &mut Vec<Check>) {
     use crate::config::{Backend, Tier};
     let record = crate::engine::speeds::Speeds::in_dir(&s.index.state_dir()).read();
@@ -208,17 +209,28 @@ fn routing(s: &Settings, out: &mut Vec<Check>) {
         if backend != Backend::Local || !path.is_file() {
             continue;
         }
+        let predicted = match crate::engine::speed_of(s, &record, tier) {
+            crate::ask::route::Speed::Predicted { typical_s, from } => {
+                format!("; predicted {typical_s:.1} s from the {} one", from.name())
+            }
+            _ => String::new(),
+        };
         seen.push(match record.figures(path) {
             Some(f) => format!(
-                "{}: prefill {:.0} tok/s, decode {:.1} tok/s, load {:.1} s (the best of its last {} answers): a typical question {:.1} s",
+                "{}: prefill {:.0} tok/s, decode {:.1} tok/s, load {:.1} s (the best of its last {} answers{}): a typical question {:.1} s{predicted}",
                 tier.name(),
                 f.prefill_tok_per_s,
                 f.decode_tok_per_s,
                 f.load_ms / 1e3,
                 f.answers,
+                load_said(&f),
                 f.typical_s()
             ),
-            None => format!("{}: not measured here yet (its next answer measures it)", tier.name()),
+            None => format!(
+                "{}: not measured here yet{}",
+                tier.name(),
+                if predicted.is_empty() { " (its next answer measures it)".into() } else { predicted }
+            ),
         });
     }
     if !seen.is_empty() {
@@ -226,15 +238,33 @@ fn routing(s: &Settings, out: &mut Vec<Check>) {
     }
     let chosen = crate::engine::fixed_route(s);
     let route = format!("{:?}", s.llm.route).to_lowercase();
+    let note = chosen
+        .note
+        .map(|n| format!(". Note: {n}"))
+        .unwrap_or_default();
     out.push(check(
         "route",
         Status::Ok,
         format!(
-            "llm.route = {route}: the {} generator answers ({})",
+            "llm.route = {route}: the {} generator answers ({}){note}",
             chosen.model.name(),
             chosen.reason
         ),
     ));
+}
+
+/// Whether a generator's figures are the machine's own: taken on a quiet machine, or while
+/// other processes held the CPU (then only a bound).
+fn load_said(f: &crate::engine::speeds::Figures) -> String {
+    match (f.quiet, f.others) {
+        (true, Some(o)) => format!(", on a quiet machine: others used {:.0}% of the CPU", o * 100.0),
+        (true, None) => String::new(),
+        (false, Some(o)) => format!(
+            ", while other processes used up to {:.0}% of the CPU: a bound, not this machine's speed",
+            o * 100.0
+        ),
+        (false, None) => ", from before rag measured the load: not known to be quiet".into(),
+    }
 }
 
 pub(crate) fn dir_bytes(p: &Path) -> u64 {

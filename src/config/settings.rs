@@ -206,8 +206,9 @@ pub struct LlmSettings {
     pub large_model: PathBuf,
     /// Which generator answers: small | medium | large | auto (see docs/how-it-works.md: routing).
     pub route: Route,
-    /// `auto` takes the best installed generator whose measured speed here answers a typical
-    /// question within this many seconds.
+    /// `auto` takes the best installed generator, and a smaller one only where the best one,
+    /// measured here on a quiet machine, takes longer than this many seconds for a typical
+    /// question and the smaller one is known to fit (docs/configuration.md, routing).
     pub answer_budget_s: f64,
     /// `auto` sends a question whose best span is at least this similar to the small
     /// generator (0 = off: the budget alone decides).
@@ -421,7 +422,7 @@ impl Default for LlmSettings {
             medium_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
             large_model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf".into(),
             route: Route::Auto,
-            answer_budget_s: 20.0,
+            answer_budget_s: 60.0,
             route_similarity: 0.0,
             n_ctx: 2048,
             n_batch: 128,

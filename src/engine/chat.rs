@@ -34,6 +34,7 @@ impl<'e> Chat<'e> {
         let route = route::Route {
             model: chosen.model,
             reason: format!("chat keeps one generator for every turn; {}", chosen.reason),
+            note: chosen.note,
         };
         let model = engine.model(route.model)?;
         let loaded = engine.loaded(model);

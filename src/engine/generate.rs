@@ -96,6 +96,8 @@ impl Answerer {
             return Ok(answer);
         };
         let (params, _) = self.window(loaded)?;
+        // How busy the machine is while this answer measures the generator's speed.
+        let meter = super::load::Meter::start();
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
         let mut session = llm.session(&params)?;
         let prefill = self.prefill(&mut session, loaded, &tokens, params.n_ctx, cache, on)?;
@@ -104,14 +106,14 @@ impl Answerer {
             Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
         };
         let (answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
-        self.record_speed(prep.model, &answer.timings);
+        self.record_speed(prep.model, &answer.timings, meter.others());
         Ok(answer)
     }
 
     /// Adds a one-shot local answer's figures to its generator's measured speeds, which
     /// `auto` routing reads (answers generated together in a batch decode slower each, by
     /// design, and are not recorded).
-    fn record_speed(&self, model: usize, t: &crate::answer::Timings) {
+    fn record_speed(&self, model: usize, t: &crate::answer::Timings, others: Option<f64>) {
         let (slot, _) = &self.models[model];
         if slot.backend != crate::config::Backend::Local {
             return;
@@ -122,6 +124,7 @@ impl Answerer {
             (prefilled, t.prefill_ms),
             (t.generated_tokens, t.decode_ms),
             load_ms,
+            others,
         );
         Speeds::in_dir(&self.settings.index.state_dir()).record(&slot.path, sample);
     }

@@ -9,6 +9,7 @@ mod batch;
 mod chat;
 mod draft;
 mod generate;
+pub mod load;
 mod shared;
 pub mod speeds;
 pub use chat::Chat;
@@ -212,6 +213,19 @@ impl Answerer {
         })
     }
 
+    /// Says the route's note (an answer over the budget, or a smaller generator for time)
+    /// once a day for the generator it names, so 20 questions in a row do not repeat it.
+    fn note_route(&self, route: &route::Route, on: On<'_>) -> Result<()> {
+        let Some(note) = &route.note else {
+            return Ok(());
+        };
+        let (_, path) = self.settings.generator(route.model);
+        if speeds::Speeds::in_dir(&self.settings.index.state_dir()).note_due(path) {
+            on(Event::Note(note))?;
+        }
+        Ok(())
+    }
+
     /// The best of `ranked` that generator `tier` reads: all of them but for the large one,
     /// which reads at most `retrieval.large_top_k` (fewer prompt tokens to prefill than all
     /// five, and at least as many answers right on both parts of the dev set, docs/quality.md).
@@ -315,6 +329,7 @@ impl Answerer {
         let _admitted = admit()?;
         let prep = self.prepare(question, &r.ranked)?;
         let sources = announce(&prep, r.so_far.timings.retrieval_ms, on)?;
+        self.note_route(&prep.route, on)?;
         let local = self.loaded(prep.model).local().is_some();
         match how {
             Generation::Shared(b) if local => {
@@ -375,13 +390,44 @@ fn budget(settings: &Settings) -> route::Budget {
     }
 }
 
-/// What routing knows of each generator: missing, not measured yet, or its measured speed
-/// here (a server counts as present and unmeasured: its speed is the server's).
+/// What routing knows of each generator: missing, not measured yet, measured here, or
+/// predicted from a larger one measured on a quiet machine (a server counts as present and
+/// unmeasured: its speed is the server's).
 fn speeds(settings: &Settings) -> impl Fn(Tier) -> route::Speed + '_ {
     let record = speeds::Speeds::in_dir(&settings.index.state_dir()).read();
-    move |tier| match settings.generator(tier) {
-        (Backend::Openai, _) => route::Speed::Unmeasured,
-        (Backend::Local, path) => record.speed(path),
+    move |tier| speed_of(settings, &record, tier)
+}
+
+pub(crate) fn speed_of(settings: &Settings, record: &speeds::Record, tier: Tier) -> route::Speed {
+    use route::Speed;
+    let (backend, path) = settings.generator(tier);
+    if backend == Backend::Openai {
+        return Speed::Unmeasured;
+    }
+    let own = record.speed(path, load::quiet_now);
+    if matches!(own, Speed::Missing) || matches!(own, Speed::Measured(m) if m.quiet) {
+        return own;
+    }
+    // Not measured on a quiet machine: predicted from the nearest larger one that was. A
+    // busy measure below the prediction is the tighter bound and stays.
+    let predicted = [Tier::Medium, Tier::Large]
+        .into_iter()
+        .filter(|&larger| larger > tier)
+        .find_map(|larger| {
+            let (b, from) = settings.generator(larger);
+            let figures = (b == Backend::Local).then(|| record.quiet_figures(from))??;
+            let (w_from, w_to) = (speeds::Weights::of(from)?, speeds::Weights::of(path)?);
+            let typical_s = figures.predict(&w_from, &w_to).typical_s();
+            Some(Speed::Predicted {
+                typical_s,
+                from: larger,
+            })
+        });
+    match (own, predicted) {
+        (Speed::Measured(m), Some(p)) if p.seconds().is_some_and(|s| s < m.typical_s) => p,
+        (Speed::Measured(_), _) => own,
+        (_, Some(p)) => p,
+        _ => own,
     }
 }
 

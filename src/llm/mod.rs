@@ -25,6 +25,7 @@ use crate::exit::ExitError;
 
 mod batch;
 mod generator;
+pub mod gguf;
 mod remote;
 mod sample;
 mod session;
@@ -79,7 +80,14 @@ pub struct Llm {
 /// Checks the file before llama.cpp sees it: llama.cpp answers a bad file with a null pointer
 /// and no reason, so we give the reason and the fix ourselves.
 fn check_gguf(path: &Path) -> Result<()> {
-    let mut f = std::fs::File::open(path).map_err(|e| {
+    // A FIFO or a device would block or never end: only a regular file is opened.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(ExitError::model(format!(
+            "model file {} is not a regular file; point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
+            path.display()
+        )));
+    }
+    let mut f = crate::atomic::open_regular(path).map_err(|e| {
         ExitError::model(format!(
             "model file {} cannot be opened ({e}); {} (it fetches the 1.5B too; `--small` the 0.5B) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
             path.display(),

@@ -187,6 +187,7 @@ impl Completion {
             Event::Dropped(_)
             | Event::Ranked { .. }
             | Event::Warning(_)
+            | Event::Note(_)
             | Event::Prefill { .. }
             | Event::Prefilled => Ok(()),
         });
