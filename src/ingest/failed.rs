@@ -31,7 +31,8 @@ impl Failed {
     /// only costs a retry).
     pub fn load(dir: &Path) -> Failed {
         let path = dir.join(FILE);
-        let files = std::fs::read(&path)
+        // Only a regular file of bounded size: a FIFO or device in its place is no record.
+        let files = crate::atomic::read_bounded(&path, 64 << 20)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();

@@ -43,7 +43,9 @@ fn lock(dir: &Path) -> Result<IngestLock> {
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = crate::atomic::read_bounded(&path, 64)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
             return Err(ExitError::usage(format!(
                 "another `rag ingest` is writing the index at {} (pid {}); wait for it to finish",
                 dir.display(),

