@@ -299,6 +299,9 @@ pub struct EvalArgs {
         requires = "report"
     )]
     pub report_with: Vec<PathBuf>,
+    /// Also re-check the hand-labelled cited sentences in this file (JSON lines: claim, cited_text, label; eval/citations.jsonl) and report the citation check's false "supported" rate and recall
+    #[arg(long, value_name = "FILE")]
+    pub cite_labels: Option<PathBuf>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

@@ -1,6 +1,8 @@
 //! Citation checking, pure: find `[S#]` markers in an answer, drop the ones that name no
 //! packed source, and mark each remaining citation supported when the cited source shares
-//! enough of the sentence's content words.
+//! enough of the sentence's content words and holds, as written, every exact term the
+//! sentence names (code, options, identifiers, numbers, upper-case names). Measured against
+//! hand labels in eval/citations.jsonl (`rag eval --cite-labels`, docs/quality.md).
 
 use std::collections::HashSet;
 
@@ -17,6 +19,12 @@ pub struct Citation {
     /// shares most of the sentence's content words, and that line.
     #[serde(skip)]
     pub quote: Option<(usize, String)>,
+    /// The cited sentence without its markers, and the cited source's text: what the check
+    /// compared (kept by `rag eval --answers --save-json`, so a person can label it).
+    #[serde(skip)]
+    pub claim: String,
+    #[serde(skip)]
+    pub cited_text: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +144,79 @@ fn supports(words: &[String], vocab: &HashSet<String>) -> bool {
             .iter()
             .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
             .all(|w| vocab.contains(w))
+}
+
+/// A claim as a person reads it: the spaces its markers left collapsed.
+fn tidy(claim: &str) -> String {
+    let one: Vec<&str> = claim.split_whitespace().collect();
+    let mut s = one.join(" ");
+    for p in [".", ",", ";", ":", "!", "?"] {
+        s = s.replace(&format!(" {p}"), p);
+    }
+    s
+}
+
+/// Whether the source text `cited` supports the sentence `claim` (markers already removed):
+/// the check [`check`] makes of each citation, on its own.
+pub fn claim_supported(claim: &str, cited: &str) -> bool {
+    let vocab: HashSet<String> = content_words(cited).into_iter().collect();
+    supports(&content_words(claim), &vocab) && names_hold(claim, &cited.to_lowercase())
+}
+
+/// The terms a sentence names exactly and a source must hold as written, lower-cased: each
+/// word of its code spans, and outside them options (`-x`, `--flag`), identifiers
+/// (`snake_case`, `key=value`, `camelCase`), numbers and upper-case names (`SQLITE_FULL`,
+/// `CHECK`). "use the `--compare-column` option" is not supported by a text with no such
+/// option, however many of its other words the text shares (eval/citations.jsonl).
+fn exact_terms(claim: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut plain = String::new();
+    for (i, segment) in claim.split('`').enumerate() {
+        if i % 2 == 0 {
+            plain.push_str(segment);
+            plain.push(' ');
+            continue;
+        }
+        // `s.lstrip('x')`: the method, not the user's variable, is what a source documents.
+        for t in segment.split(|c: char| c.is_whitespace() || "(),;.'\"".contains(c)) {
+            let t = t.trim_matches(|c| ".:;".contains(c));
+            if t.chars().count() >= 2 {
+                out.push(t.to_lowercase());
+            }
+        }
+    }
+    for t in plain.split(|c: char| !(c.is_alphanumeric() || "_-.=:/".contains(c))) {
+        let t = t.trim_end_matches(|c| ".:;".contains(c));
+        // An option as written: `-x`, `--flag` (not a list's dash before a word: "-The").
+        if t.len() > 1
+            && t.starts_with('-')
+            && t.trim_start_matches('-')
+                .starts_with(|c: char| c.is_ascii_lowercase())
+        {
+            out.push(t.to_lowercase());
+            continue;
+        }
+        let t = t.trim_matches(|c| ".:;-".contains(c));
+        let upper = t.chars().count() >= 2
+            && t.chars().any(char::is_alphabetic)
+            && !t.chars().any(char::is_lowercase);
+        let camel = t
+            .chars()
+            .zip(t.chars().skip(1))
+            .any(|(a, b)| a.is_lowercase() && b.is_uppercase());
+        let marked = t.contains(['_', '=']) || t.chars().any(|c| c.is_ascii_digit());
+        if !t.is_empty() && (marked || upper || camel) {
+            out.push(t.to_lowercase());
+        }
+    }
+    out
+}
+
+/// Whether the lower-cased source text holds every exact term of `claim`.
+fn names_hold(claim: &str, cited_lower: &str) -> bool {
+    exact_terms(claim)
+        .iter()
+        .all(|t| cited_lower.contains(t.as_str()))
 }
 
 /// A light plural/verb stem so "tokens" matches "token" and "stores" matches "stored".
@@ -258,11 +339,11 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
             let Some((_, vocab)) = source_words.iter().find(|(m, _)| *m == n) else {
                 continue;
             };
-            let supported = supports(&words, vocab);
             let text = sources
                 .iter()
                 .find(|(m, _)| *m == n)
                 .map_or("", |(_, t)| *t);
+            let supported = supports(&words, vocab) && names_hold(&claim, &text.to_lowercase());
             citations.push(Citation {
                 id: format!("S{n}"),
                 supported,
@@ -272,6 +353,8 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
                 } else {
                     None
                 },
+                claim: tidy(&claim),
+                cited_text: text.to_string(),
             });
         }
     }
@@ -336,7 +419,8 @@ pub fn best_line(words: &[String], source: &str) -> Option<(usize, String)> {
 /// decoding) picked the first or the last source about as often as the right one, and fed
 /// back into the context, the markers made the models copy source headers.
 pub struct Attributor {
-    sources: Vec<(usize, HashSet<String>)>,
+    /// Label number, content words and lower-cased text of each packed source.
+    sources: Vec<(usize, HashSet<String>, String)>,
     written: String,
     /// Trailing whitespace not shown yet: a marker for the end of the text goes before it.
     pending: String,
@@ -350,7 +434,7 @@ impl Attributor {
         Attributor {
             sources: sources
                 .iter()
-                .map(|(n, t)| (*n, content_words(t).into_iter().collect()))
+                .map(|(n, t)| (*n, content_words(t).into_iter().collect(), t.to_lowercase()))
                 .collect(),
             written: String::new(),
             pending: String::new(),
@@ -409,9 +493,10 @@ impl Attributor {
         let open = &body[sentences(body).last().map_or(0, |r| r.start)..];
         let words = content_words(open);
         let mut best: Option<(usize, f32)> = None;
-        for (n, vocab) in &self.sources {
+        for (n, vocab, text) in &self.sources {
             let o = overlap(&words, vocab);
-            if supports(&words, vocab) && best.is_none_or(|(_, b)| o > b) {
+            let held = supports(&words, vocab) && names_hold(open, text);
+            if held && best.is_none_or(|(_, b)| o > b) {
                 best = Some((*n, o));
             }
         }
@@ -540,6 +625,8 @@ mod tests {
                 supported: true,
                 overlap: 1.0,
                 quote: Some((0, S2.to_string())),
+                claim: "Tomatoes need sun.".into(),
+                cited_text: S2.into(),
             }]
         );
     }
@@ -577,6 +664,33 @@ mod tests {
         );
         assert_eq!(a.push("."), "");
         assert_eq!(a.finish(false), ".");
+    }
+
+    #[test]
+    fn an_option_code_or_name_missing_from_the_source_is_not_supported() {
+        let text = "sqldiff compares two databases. Options: --changeset FILE writes a changeset; --table TAB compares TAB only.";
+        let ok = |claim| claim_supported(claim, text);
+        assert!(ok(
+            "sqldiff compares two databases with the --table option."
+        ));
+        assert!(!ok(
+            "sqldiff compares two databases with the --compare-column option."
+        ));
+        assert!(!ok("Use `sqldiff --schema` to compare two databases."));
+        assert!(!ok(
+            "sqldiff compares two databases and returns SQLITE_FULL."
+        ));
+        assert!(ok(
+            "sqldiff compares two databases: `--changeset FILE` writes a changeset."
+        ));
+        assert_eq!(
+            exact_terms("Use `PRAGMA journal_mode=OFF` or trusted_schema, not CHECK or x."),
+            ["pragma", "journal_mode=off", "trusted_schema", "check"]
+        );
+        assert_eq!(
+            exact_terms("-The call `s.lstrip('ab')` strips."),
+            ["lstrip", "ab"]
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ fn options(settings: &Settings, a: &EvalArgs, verbose: bool) -> EvalOptions {
         min: a.min.clone(),
         report: a.report.clone(),
         report_with: a.report_with.clone(),
+        cite_labels: a.cite_labels.clone(),
         verbose,
         query: super::query(settings, "", &a.retrieval, verbose),
     }

@@ -4,6 +4,7 @@
 //! formats; this module runs the cases and hands the result to the printer.
 
 pub mod cases;
+pub mod labels;
 pub mod metrics;
 pub mod plot;
 pub mod report;
@@ -41,6 +42,8 @@ pub struct EvalOptions {
     /// Where to draw the report (`--report`), and earlier runs to draw beside this one.
     pub report: Option<PathBuf>,
     pub report_with: Vec<PathBuf>,
+    /// `--cite-labels`: labelled cited sentences the citation check is scored on.
+    pub cite_labels: Option<PathBuf>,
     pub verbose: bool,
     /// Top-k, filter: the retrieval settings of `ask`.
     pub query: Query,
@@ -88,6 +91,21 @@ struct CaseAnswer {
     /// Repeated sentences dropped while the answer went on.
     #[serde(default)]
     repeats_dropped: usize,
+    /// Each citation as checked: the sentence, the cited text and the verdict (what
+    /// eval/citations.jsonl labels by hand).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    claims: Vec<Claim>,
+}
+
+/// One cited sentence of an answer and what the citation check said of it.
+#[derive(Debug, Clone, Serialize)]
+struct Claim {
+    /// `S2`
+    id: String,
+    claim: String,
+    cited_text: String,
+    supported: bool,
+    overlap: f32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -112,6 +130,9 @@ struct EvalReport {
     deltas: Option<BTreeMap<String, f64>>,
     failures: Vec<Failure>,
     elapsed_ms: f64,
+    /// `--cite-labels`: the citation check against the labelled sentences.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cite_check: Option<labels::Scored>,
     results: Vec<CaseResult>,
 }
 
@@ -132,6 +153,7 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
     let baseline = o.baseline.as_ref().map(|p| load_baseline(p)).transpose()?;
     // Read before the run, so a wrong path fails now and not after an hour of answers.
     let earlier = earlier_runs(o)?;
+    let labelled = o.cite_labels.as_deref().map(labels::load).transpose()?;
     let needs_vectors = o.modes.iter().any(|m| *m != Mode::Text);
     let engine_mode = if needs_vectors {
         Mode::Hybrid
@@ -164,6 +186,7 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         deltas,
         failures,
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
+        cite_check: labelled.map(|l| labels::Scored::of(&l)),
         results,
     };
     write_outputs(&out, o, &cases, main)?;
@@ -400,6 +423,17 @@ fn answer_case(
         stop: a.stop,
         dropped_text: a.dropped_text,
         repeats_dropped: a.repeats_dropped,
+        claims: a
+            .citations
+            .iter()
+            .map(|c| Claim {
+                id: c.id.clone(),
+                claim: c.claim.clone(),
+                cited_text: c.cited_text.clone(),
+                supported: c.supported,
+                overlap: c.overlap,
+            })
+            .collect(),
         text: a.answer,
     })
 }
@@ -616,6 +650,11 @@ fn print(r: &EvalReport, o: &EvalOptions, cases: &[Compiled], main: Mode, ui: &U
         r.answers.as_ref(),
         r.deltas.as_ref(),
     ))?;
+    if let Some(c) = &r.cite_check {
+        for line in c.lines() {
+            ui.outln(&line)?;
+        }
+    }
     for f in &r.failures {
         ui.outln(&format!("FAIL {}", f.message))?;
     }
