@@ -44,6 +44,21 @@ owned() {
   return 1
 }
 
+# owned_dir DIR ROOT...: 0 when DIR is a ROOT, inside one (as `owned` says), or one of the
+# folders above a ROOT that an install may have made; uninstall only ever rmdirs these.
+owned_dir() {
+  local d=$1 root
+  shift
+  case $d/ in /*/ | /) ;; *) return 1 ;; esac
+  case $d/ in */../* | */./* | *//*) return 1 ;; esac
+  owned "$d/x" "$@" && return 0
+  for root in "$@"; do
+    [ "$d" = "$root" ] && return 0
+    case $root/ in "$d"/*) return 0 ;; esac
+  done
+  return 1
+}
+
 uninstall() {
   local prefix=${1%/} manifest=$1/share/rag/installed-files
   case $prefix in /*) ;; *) die "PREFIX must be an absolute path, not '$prefix'" ;; esac
@@ -66,7 +81,7 @@ uninstall() {
     owned "$p" "${roots[@]}" || die "$manifest names '$p', which is not inside $prefix or the model folder (or is reached through a link); nothing was removed (remove that line, or the files by hand)"
   done <"$manifest"
   for p in "${dirs[@]}"; do
-    [ -z "$p" ] || owned "$p" "${roots[@]}" || die "$manifest.dirs names '$p', outside $prefix and the model folder; nothing was removed"
+    [ -z "$p" ] || owned_dir "$p" "${roots[@]}" || die "$manifest.dirs names '$p', outside $prefix and the model folder; nothing was removed"
   done
   # Files first (a link goes as a link; anything not a file or link stays), then folders
   # deepest first, each only when empty.

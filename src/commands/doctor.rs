@@ -44,8 +44,10 @@ fn check(name: &'static str, status: Status, detail: impl Into<String>) -> Check
 /// The expected SHA-256 of `path` when it is one of the files setup fetches.
 fn known_sha(path: &Path) -> Option<&'static str> {
     let name = path.file_name()?.to_str()?;
+    // `sha256  name  size`: the size column is `rag models fetch --from`'s.
     KNOWN.lines().find_map(|l| {
-        let (sha, file) = l.split_once("  ")?;
+        let mut fields = l.split_whitespace();
+        let (sha, file) = (fields.next()?, fields.next()?);
         (file.rsplit('/').next() == Some(name)).then_some(sha)
     })
 }

@@ -298,9 +298,9 @@ fn uninstall_refuses_a_list_naming_paths_outside_and_removes_nothing() {
         assert!(err.contains("nothing was removed"), "{bad}: {err}");
         assert!(prefix.join("bin/rag").is_file(), "{bad}: nothing removed");
     }
-    let (code, err) = uninstall(&[ours.clone()], Some(&p(&home)));
+    let (code, err) = uninstall(&[ours.clone()], Some(&p(&outside)));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(&p(&home)), "{err}");
+    assert!(err.contains(&p(&outside)), "{err}");
     assert!(prefix.join("bin/rag").is_file());
     // A listed link goes as a link; the files behind it stay.
     let link = format!("file:{}", p(&prefix.join("link")));
