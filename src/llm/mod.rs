@@ -88,8 +88,10 @@ fn check_gguf(path: &Path) -> Result<()> {
         )));
     }
     let mut f = crate::atomic::open_regular(path).map_err(|e| {
+        // The cause alone ("No such file or directory"): the path is named once, here.
+        let cause = e.root_cause();
         ExitError::model(format!(
-            "model file {} cannot be opened ({e}); {} (it fetches the 1.5B too; `--small` the 0.5B) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
+            "model file {} cannot be opened ({cause}); {} (it fetches the 1.5B too; `--small` the 0.5B) or point llm.model, llm.medium_model, llm.large_model or --model at a GGUF file",
             path.display(),
             crate::config::setup_hint()
         ))
