@@ -193,104 +193,128 @@ fn no_route_reason_contradicts_the_figures() {
     assert!(tables > 10_000, "{tables} tables");
 }
 
+/// One table's route: what is chosen, what its words claim, what figures it quotes.
+struct Case<'a, F: Fn(Tier) -> Speed> {
+    r: &'a Route,
+    budget_s: f64,
+    of: &'a F,
+    installed: Vec<Tier>,
+    ctx: String,
+}
+
 fn check(r: &Route, budget_s: f64, of: &impl Fn(Tier) -> Speed) {
-    let ctx = || {
-        format!(
-            "budget {budget_s}: large {:?}, medium {:?}, small {:?} -> {} ({})",
-            of(Tier::Large),
-            of(Tier::Medium),
-            of(Tier::Small),
-            r.model.name(),
-            r.reason
-        )
-    };
+    let ctx = format!(
+        "budget {budget_s}: large {:?}, medium {:?}, small {:?} -> {} ({})",
+        of(Tier::Large),
+        of(Tier::Medium),
+        of(Tier::Small),
+        r.model.name(),
+        r.reason
+    );
     let installed: Vec<Tier> = BEST_FIRST
         .into_iter()
         .filter(|&t| of(t) != Speed::Missing)
         .collect();
-    let Some(&top) = installed.first() else {
-        assert!(r.reason.contains("no generator installed"), "{}", ctx());
+    if installed.is_empty() {
+        assert!(r.reason.contains("no generator installed"), "{ctx}");
         return;
+    }
+    let c = Case {
+        r,
+        budget_s,
+        of,
+        installed,
+        ctx,
     };
-    assert!(installed.contains(&r.model), "an installed one: {}", ctx());
-    let chosen = of(r.model);
-    let fits = |s: Speed| s.seconds().is_some_and(|x| x <= budget_s);
-    if r.model != top {
-        // Stepped down: only on a quiet, current measure of the best one over the budget,
-        // to the largest smaller one known to fit.
-        assert!(
-            matches!(of(top), Speed::Measured(m) if m.quiet && !m.retry && m.typical_s > budget_s),
-            "stepped down without evidence: {}",
-            ctx()
-        );
-        assert!(
-            fits(chosen),
-            "stepped down to one not known to fit: {}",
-            ctx()
-        );
-        for &between in installed.iter().take_while(|&&t| t != r.model).skip(1) {
-            assert!(!fits(of(between)), "passed over one that fits: {}", ctx());
+    c.choice();
+    c.words();
+    c.figures();
+}
+
+impl<F: Fn(Tier) -> Speed> Case<'_, F> {
+    fn top(&self) -> Tier {
+        self.installed[0]
+    }
+
+    fn fits(&self, s: Speed) -> bool {
+        s.seconds().is_some_and(|x| x <= self.budget_s)
+    }
+
+    /// Stepped down only on a quiet, current measure of the best one over the budget, to
+    /// the largest smaller one known to fit; never to an unmeasured one.
+    fn choice(&self) {
+        let (r, of, ctx, top) = (self.r, self.of, &self.ctx, self.top());
+        assert!(self.installed.contains(&r.model), "an installed one: {ctx}");
+        let chosen = of(r.model);
+        if r.model == top {
+            assert!(r.reason.contains("best installed"), "{ctx}");
+            return;
         }
-        assert!(r.note.is_some(), "a step down is said: {}", ctx());
-    } else {
-        assert!(r.reason.contains("best installed"), "{}", ctx());
-    }
-    assert!(
-        !(chosen == Speed::Unmeasured && r.model != top),
-        "an unmeasured one tried as a guess: {}",
-        ctx()
-    );
-    // What the words claim holds of the figures.
-    let reason = &r.reason;
-    assert!(!reason.contains("fastest"), "{}", ctx());
-    if reason.contains("within llm.answer_budget_s") {
-        assert!(fits(chosen), "called within budget: {}", ctx());
-    }
-    if reason.contains(&format!("the {} one fits", r.model.name())) {
-        assert!(fits(chosen), "called fitting: {}", ctx());
-    }
-    if reason.contains("none fits") {
-        for &t in &installed {
-            assert!(!fits(of(t)), "none fits, but {} does: {}", t.name(), ctx());
+        assert!(
+            matches!(of(top), Speed::Measured(m) if m.quiet && !m.retry && m.typical_s > self.budget_s),
+            "stepped down without evidence: {ctx}"
+        );
+        assert!(
+            self.fits(chosen),
+            "stepped down to one not known to fit: {ctx}"
+        );
+        let between = self.installed.iter().take_while(|&&t| t != r.model).skip(1);
+        for &t in between {
+            assert!(!self.fits(of(t)), "passed over one that fits: {ctx}");
         }
-        assert!(r.note.is_some(), "{}", ctx());
-    }
-    if reason.contains("over llm.answer_budget_s") {
+        assert!(r.note.is_some(), "a step down is said: {ctx}");
         assert!(
-            of(top).seconds().is_some_and(|x| x > budget_s),
-            "called over budget: {}",
-            ctx()
+            chosen != Speed::Unmeasured,
+            "an unmeasured one tried as a guess: {ctx}"
         );
     }
-    if reason.contains("other processes held the CPU") {
-        assert!(
-            matches!(of(top), Speed::Measured(m) if !m.quiet),
-            "{}",
-            ctx()
-        );
+
+    /// What the words claim holds of the figures.
+    fn words(&self) {
+        let (r, of, ctx, top) = (self.r, self.of, &self.ctx, self.top());
+        let (reason, chosen) = (&r.reason, of(r.model));
+        assert!(!reason.contains("fastest"), "{ctx}");
+        if reason.contains("within llm.answer_budget_s") {
+            assert!(self.fits(chosen), "called within budget: {ctx}");
+        }
+        if reason.contains(&format!("the {} one fits", r.model.name())) {
+            assert!(self.fits(chosen), "called fitting: {ctx}");
+        }
+        if reason.contains("none fits") {
+            for &t in &self.installed {
+                assert!(!self.fits(of(t)), "none fits, but {} does: {ctx}", t.name());
+            }
+            assert!(r.note.is_some(), "{ctx}");
+        }
+        if reason.contains("over llm.answer_budget_s") {
+            let over = of(top).seconds().is_some_and(|x| x > self.budget_s);
+            assert!(over, "called over budget: {ctx}");
+        }
+        if reason.contains("other processes held the CPU") {
+            assert!(matches!(of(top), Speed::Measured(m) if !m.quiet), "{ctx}");
+        }
     }
-    // Every figure quoted is one of the table's.
-    let figures: Vec<String> = Tier::ALL
-        .iter()
-        .filter_map(|&t| of(t).seconds())
-        .map(|s| format!("{s:.1}"))
-        .collect();
-    for n in quoted_seconds(reason).iter().chain(
-        r.note
-            .as_deref()
-            .map(quoted_seconds)
-            .unwrap_or_default()
-            .iter(),
-    ) {
-        assert!(figures.contains(n), "{n} s is no figure: {}", ctx());
-    }
-    // A quicker generator named in the trade is quicker.
-    if let Some(note) = &r.note {
+
+    /// Every figure quoted is one of the table's; a quicker generator named is quicker.
+    fn figures(&self) {
+        let (r, of, ctx, top) = (self.r, self.of, &self.ctx, self.top());
+        let figures: Vec<String> = Tier::ALL
+            .iter()
+            .filter_map(|&t| of(t).seconds())
+            .map(|s| format!("{s:.1}"))
+            .collect();
+        let note = r.note.as_deref().unwrap_or("");
+        for n in quoted_seconds(&r.reason)
+            .iter()
+            .chain(&quoted_seconds(note))
+        {
+            assert!(figures.contains(n), "{n} s is no figure: {ctx}");
+        }
         for t in Tier::ALL {
             let named = format!("`--model {}` answers in", t.name());
             if note.contains(&named) && r.model == top {
                 let (a, b) = (of(t).seconds(), of(top).seconds());
-                assert!(a.zip(b).is_some_and(|(a, b)| a < b), "{}", ctx());
+                assert!(a.zip(b).is_some_and(|(a, b)| a < b), "{ctx}");
             }
         }
     }
