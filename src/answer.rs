@@ -41,6 +41,10 @@ pub struct Timings {
     pub accepted_tokens: usize,
     pub ttft_ms: f64,
     pub total_ms: f64,
+    /// `llm.judge_citations`: how long the generator took to judge the citations (part of
+    /// `total_ms`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub judge_ms: f64,
     /// The generator's mean probability for its first 16 tokens (local generators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f32>,
@@ -126,4 +130,8 @@ pub enum Event<'a> {
     },
     /// A piece of the answer as it streams (already loop-guarded and cited).
     Piece(&'a str),
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }

@@ -302,6 +302,9 @@ pub struct EvalArgs {
     /// Also re-check the hand-labelled cited sentences in this file (JSON lines: claim, cited_text, label; eval/citations.jsonl) and report the citation check's false "supported" rate and recall
     #[arg(long, value_name = "FILE")]
     pub cite_labels: Option<PathBuf>,
+    /// With --cite-labels: also ask this generator whether each cited text states its sentence (its P(yes) read from the logits), and report the check with that verdict at each threshold
+    #[arg(long, value_enum, value_name = "MODEL", requires = "cite_labels")]
+    pub cite_judge: Option<crate::config::Tier>,
     #[command(flatten)]
     pub retrieval: RetrievalArgs,
     #[command(flatten)]

@@ -196,3 +196,31 @@ fn dispatch(
         }
     }
 }
+
+#[cfg(test)]
+mod layout {
+    /// docs/architecture.md is where a newcomer looks a module up: it names every folder and
+    /// top-level file of src/, so a new one cannot land unexplained.
+    #[test]
+    fn the_architecture_page_names_every_folder_and_file_of_src() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let page = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(root.join("src")).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let named = if entry.file_type().unwrap().is_dir() {
+                format!("{name}/")
+            } else {
+                name
+            };
+            if !page.contains(&named) {
+                missing.push(named);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "docs/architecture.md does not name {missing:?}"
+        );
+    }
+}

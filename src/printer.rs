@@ -245,7 +245,8 @@ pub fn evidence_and_sources(a: &Answer) -> String {
 }
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
-/// (and `· 40 of 64 drafted kept` with speculative decoding)
+/// (and `· 40 of 64 drafted kept` with speculative decoding, `· citations judged in 2.1 s`
+/// with `llm.judge_citations`)
 pub fn stats_line(t: &Timings) -> String {
     let k = |x: f64| {
         if x >= 1000.0 {
@@ -262,8 +263,13 @@ pub fn stats_line(t: &Timings) -> String {
     } else {
         String::new()
     };
+    let judged = if t.judge_ms > 0.0 {
+        format!(" · citations judged in {:.1} s", t.judge_ms / 1e3)
+    } else {
+        String::new()
+    };
     format!(
-        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}",
+        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}{judged}",
         t.prompt_tokens,
         t.cached_tokens,
         k(t.prefill_tok_per_s),

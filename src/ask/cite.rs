@@ -25,6 +25,10 @@ pub struct Citation {
     pub claim: String,
     #[serde(skip)]
     pub cited_text: String,
+    /// `llm.judge_citations`: the generator's P(yes) that the source states the sentence,
+    /// asked of the citations the words support.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<f32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -355,6 +359,7 @@ pub fn check(answer: &str, sources: &[(usize, &str)]) -> Checked {
                 },
                 claim: tidy(&claim),
                 cited_text: text.to_string(),
+                judge: None,
             });
         }
     }
@@ -407,6 +412,61 @@ pub fn best_line(words: &[String], source: &str) -> Option<(usize, String)> {
         }
     }
     best.map(|(i, _)| (i, source.lines().nth(i).unwrap_or("").trim().to_string()))
+}
+
+/// The stretch of `source` a judge reads for `claim`: the line that shares most of its
+/// content words, widened line by line towards the neighbour that shares more (the earlier
+/// one on a tie) while the stretch stays within `max_chars`; the whole source when it fits
+/// or `max_chars` is 0. A judge's time grows with what it reads, and support for one
+/// sentence sits in a few lines of a chunk (eval/citations.jsonl).
+pub fn passage(claim: &str, source: &str, max_chars: usize) -> String {
+    if max_chars == 0 || source.len() <= max_chars {
+        return source.to_string();
+    }
+    let words: HashSet<String> = content_words(claim).into_iter().collect();
+    let lines: Vec<&str> = source.lines().collect();
+    let shared = |l: &str| {
+        content_words(l)
+            .into_iter()
+            .collect::<HashSet<_>>()
+            .intersection(&words)
+            .count()
+    };
+    let scores: Vec<usize> = lines.iter().map(|l| shared(l)).collect();
+    let best = (0..lines.len())
+        .max_by_key(|&i| (scores[i], usize::MAX - i))
+        .unwrap_or(0);
+    let (mut lo, mut hi) = (best, best + 1);
+    let mut len = lines.get(best).map_or(0, |l| l.len());
+    loop {
+        let before = lo.checked_sub(1).map(|i| (scores[i], lines[i].len(), i));
+        let after = (hi < lines.len()).then(|| (scores[hi], lines[hi].len(), hi));
+        let next = match (before, after) {
+            (Some(b), Some(a)) => {
+                if a.0 > b.0 {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(b), None) => b,
+            (None, Some(a)) => a,
+            (None, None) => break,
+        };
+        if len + next.1 + 1 > max_chars {
+            break;
+        }
+        len += next.1 + 1;
+        if next.2 < lo {
+            lo = next.2;
+        } else {
+            hi = next.2 + 1;
+        }
+    }
+    let text = lines[lo..hi].join("\n");
+    // One line longer than the whole budget: its start, cut at a character boundary.
+    let cut = text.floor_char_boundary(max_chars.max(1) * 2);
+    text[..cut.min(text.len())].to_string()
 }
 
 /// Citations added by rag as the answer streams: when a sentence ends without a marker, the
@@ -627,8 +687,27 @@ mod tests {
                 quote: Some((0, S2.to_string())),
                 claim: "Tomatoes need sun.".into(),
                 cited_text: S2.into(),
+                judge: None,
             }]
         );
+    }
+
+    /// The judge reads the line that shares most of the sentence's words and the neighbours
+    /// that fit, whole sources that fit, and never a split character.
+    #[test]
+    fn a_judge_reads_the_lines_around_the_sentences_words() {
+        let source = "Intro line.\nThe cache holds keys.\nIt stores key and value vectors per layer.\nUnrelated footer text here.";
+        let claim = "It stores key and value vectors [S1].";
+        assert_eq!(passage(claim, source, 0), source);
+        assert_eq!(passage(claim, source, 1000), source);
+        let p = passage(claim, source, 70);
+        assert!(p.contains("key and value vectors per layer"), "{p}");
+        assert!(p.contains("The cache holds keys."), "{p}");
+        assert!(!p.contains("Unrelated"), "{p}");
+        assert!(p.len() <= 70, "{p}");
+        let long = format!("{}é{}", "vectors ".repeat(20), "x".repeat(50));
+        let cut = passage("vectors", &long, 40);
+        assert!(cut.len() <= 80 && long.starts_with(&cut), "{cut}");
     }
 
     #[test]

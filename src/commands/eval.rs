@@ -27,6 +27,7 @@ fn options(settings: &Settings, a: &EvalArgs, verbose: bool) -> EvalOptions {
         report: a.report.clone(),
         report_with: a.report_with.clone(),
         cite_labels: a.cite_labels.clone(),
+        cite_judge: a.cite_judge,
         verbose,
         query: super::query(settings, "", &a.retrieval, verbose),
     }

@@ -240,6 +240,13 @@ pub struct LlmSettings {
     /// shares most of its content words (see `ask::cite::Attributor`); false leaves citing
     /// to the model.
     pub add_citations: bool,
+    /// Where the large generator wrote the answer in this process, ask it whether each
+    /// cited source states the sentence that cites it: a citation the words support and the
+    /// generator does not is marked unsupported (docs/quality.md, the citation check).
+    pub judge_citations: bool,
+    /// The generator's P(yes) a citation needs to stay supported (0 to 1): 0.4 keeps 90%
+    /// of the truly supported sentences supported on both parts of eval/citations.jsonl.
+    pub judge_min: f32,
     /// Disk budget of the persistent prompt cache in MiB; 0 turns it off.
     pub prompt_cache_mb: u64,
     /// The answer may not start with `[` (a bare "[S1]" instead of an answer).
@@ -438,6 +445,8 @@ impl Default for LlmSettings {
             dry_base: 1.75,
             dry_allowed_length: 2,
             add_citations: true,
+            judge_citations: true,
+            judge_min: 0.4,
             prompt_cache_mb: 512,
             text_first: true,
             copy_bias: 0.0,

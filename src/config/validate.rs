@@ -73,7 +73,7 @@ impl Settings {
     }
 
     /// Each float setting with its value and valid range.
-    fn float_ranges(&self) -> [(&'static str, f64, f64, f64); 16] {
+    fn float_ranges(&self) -> [(&'static str, f64, f64, f64); 17] {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
         [
             ("embed.timeout_s", self.embed.timeout_s, 0.1, 86_400.0),
@@ -97,6 +97,7 @@ impl Settings {
             ("llm.top_p", l.top_p.into(), 0.0, 1.0),
             ("llm.answer_budget_s", l.answer_budget_s, 0.1, 86_400.0),
             ("llm.route_similarity", l.route_similarity.into(), 0.0, 1.0),
+            ("llm.judge_min", l.judge_min.into(), 0.0, 1.0),
         ]
     }
 

@@ -83,7 +83,9 @@ pub enum Route {
 
 /// One of the three generators: `small` (llm.model), `medium` (llm.medium_model), `large`
 /// (llm.large_model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     Small,

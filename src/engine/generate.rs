@@ -195,8 +195,13 @@ impl Answerer {
     ) -> Answer {
         let (path, sha256) = self.loaded(prep.model).identity();
         let texts = prep.packed.texts();
-        let timings = generation_timings(so_far.timings, prefill, decode, so_far.started);
-        let checked = cite::check(raw.trim(), &texts);
+        let mut timings = generation_timings(so_far.timings, prefill, decode, so_far.started);
+        let mut checked = cite::check(raw.trim(), &texts);
+        timings.judge_ms =
+            self.judge_citations(prep.model, prep.route.model, &mut checked.citations);
+        if timings.judge_ms > 0.0 {
+            timings.total_ms = so_far.started.elapsed().as_secs_f64() * 1e3;
+        }
         let evidence = evidence(&checked.citations, &sources, &texts);
         Answer {
             question: question.to_string(),

@@ -9,6 +9,8 @@ mod batch;
 mod chat;
 mod draft;
 mod generate;
+mod judge;
+pub(crate) use judge::JUDGE_CHARS;
 pub mod load;
 mod shared;
 pub mod speeds;

@@ -112,32 +112,95 @@ impl Labelled {
 pub struct Scored {
     pub tuning: CiteCheck,
     pub heldout: CiteCheck,
+    /// `--cite-judge`: the check with a generator's verdict as well, at each threshold.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub judged: Vec<JudgedAt>,
+    /// The judge's P(yes) for each labelled sentence, in the file's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub p_yes: Vec<f32>,
+    /// The words' verdict on each labelled sentence (with a judge), in the file's order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub words: Vec<bool>,
 }
+
+/// The check where a sentence is supported only when the words hold and the judge's P(yes)
+/// is at least `threshold`.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct JudgedAt {
+    pub judge: String,
+    pub threshold: f32,
+    pub tuning: CiteCheck,
+    pub heldout: CiteCheck,
+}
+
+/// The judge's thresholds a run reports.
+const THRESHOLDS: [f32; 9] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9];
 
 impl Scored {
     pub fn of(labels: &[Labelled]) -> Scored {
+        let words = |l: &Labelled, _: usize| cite::claim_supported(&l.claim, &l.cited_text);
         Scored {
-            tuning: score(labels, Labelled::tuning),
-            heldout: score(labels, |l| !l.tuning()),
+            tuning: score(labels, Labelled::tuning, words),
+            heldout: score(labels, |l| !l.tuning(), words),
+            judged: Vec::new(),
+            p_yes: Vec::new(),
+            words: Vec::new(),
         }
     }
 
-    pub fn lines(&self) -> [String; 2] {
-        [
+    /// [`Scored::of`], and the check with the judge `name`'s P(yes) for each label.
+    pub fn judged(labels: &[Labelled], name: &str, p_yes: &[f32]) -> Scored {
+        let mut s = Scored::of(labels);
+        s.p_yes = p_yes.to_vec();
+        s.words = labels
+            .iter()
+            .map(|l| cite::claim_supported(&l.claim, &l.cited_text))
+            .collect();
+        for threshold in THRESHOLDS {
+            let both = |l: &Labelled, i: usize| {
+                cite::claim_supported(&l.claim, &l.cited_text) && p_yes[i] >= threshold
+            };
+            s.judged.push(JudgedAt {
+                judge: name.to_string(),
+                threshold,
+                tuning: score(labels, Labelled::tuning, both),
+                heldout: score(labels, |l| !l.tuning(), both),
+            });
+        }
+        s
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![
             format!("tuning parts: {}", self.tuning.line()),
             format!("held-out parts: {}", self.heldout.line()),
-        ]
+        ];
+        for j in &self.judged {
+            let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", x * 100.0));
+            out.push(format!(
+                "with the {} judge at P(yes) >= {:.1}: tuning false \"supported\" {} recall {}; held-out {} recall {}",
+                j.judge,
+                j.threshold,
+                pct(j.tuning.false_supported_rate()),
+                pct(j.tuning.recall()),
+                pct(j.heldout.false_supported_rate()),
+                pct(j.heldout.recall()),
+            ));
+        }
+        out
     }
 }
 
-/// The check's confusion table over `labels`, those `keep` picks.
-pub fn score(labels: &[Labelled], keep: impl Fn(&Labelled) -> bool) -> CiteCheck {
+/// The confusion table over the `labels` that `keep` picks, of the verdict `marked` gives
+/// a label (and its place in `labels`).
+pub fn score(
+    labels: &[Labelled],
+    keep: impl Fn(&Labelled) -> bool,
+    marked: impl Fn(&Labelled, usize) -> bool,
+) -> CiteCheck {
     let mut c = CiteCheck::default();
-    for l in labels.iter().filter(|l| keep(l)) {
-        c.add(
-            l.label == "supported",
-            cite::claim_supported(&l.claim, &l.cited_text),
-        );
+    for (i, l) in labels.iter().enumerate().filter(|(_, l)| keep(l)) {
+        c.add(l.label == "supported", marked(l, i));
     }
     c
 }
@@ -166,6 +229,56 @@ mod tests {
             .find(|l| l.claim.starts_with("Speculative decoding speeds up"));
         let flash = flash.expect("issue 51's sentence is in the set");
         assert_eq!(flash.label, "unsupported");
+    }
+
+    /// With a judge, a sentence is marked supported only when its words hold and the
+    /// judge's P(yes) reaches the threshold; the words' verdict alone is kept beside it.
+    #[test]
+    fn a_judge_only_takes_support_away() {
+        let l = |part: &str, claim: &str, label: &str| Labelled {
+            part: part.into(),
+            claim: claim.into(),
+            cited_text: "The cache stores key and value vectors.".into(),
+            label: label.into(),
+        };
+        let labels = [
+            l(
+                "dev",
+                "The cache stores key and value vectors.",
+                "supported",
+            ),
+            l(
+                "dev",
+                "The cache stores key and value vectors.",
+                "unsupported",
+            ),
+            l("heldout", "Bananas grow on tall palm trees.", "unsupported"),
+        ];
+        let s = Scored::judged(&labels, "large", &[0.85, 0.2, 0.99]);
+        assert_eq!(s.words, vec![true, true, false]);
+        let at = |t: f32| {
+            s.judged
+                .iter()
+                .find(|j| (j.threshold - t).abs() < 1e-6)
+                .unwrap()
+        };
+        assert_eq!(
+            (
+                at(0.1).tuning.true_supported,
+                at(0.1).tuning.false_supported
+            ),
+            (1, 1)
+        );
+        assert_eq!(
+            (
+                at(0.5).tuning.true_supported,
+                at(0.5).tuning.false_supported
+            ),
+            (1, 0)
+        );
+        assert_eq!(at(0.9).tuning.missed, 1);
+        // The judge's yes never makes the words' no a "supported".
+        assert_eq!(at(0.1).heldout.false_supported, 0);
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub struct EvalOptions {
     pub report_with: Vec<PathBuf>,
     /// `--cite-labels`: labelled cited sentences the citation check is scored on.
     pub cite_labels: Option<PathBuf>,
+    /// `--cite-judge`: the generator that also judges each labelled sentence.
+    pub cite_judge: Option<crate::config::Tier>,
     pub verbose: bool,
     /// Top-k, filter: the retrieval settings of `ask`.
     pub query: Query,
@@ -136,6 +138,32 @@ struct EvalReport {
     results: Vec<CaseResult>,
 }
 
+/// The citation check against the labelled sentences, with `judge`'s verdicts where asked.
+fn check_citations(
+    engine: &Answerer,
+    labelled: &[labels::Labelled],
+    judge: Option<crate::config::Tier>,
+    ui: &Ui,
+) -> Result<labels::Scored> {
+    let Some(tier) = judge else {
+        return Ok(labels::Scored::of(labelled));
+    };
+    // What `rag ask` gives the judge: the lines of the source around the sentence's words.
+    let passages: Vec<String> = labelled
+        .iter()
+        .map(|l| crate::ask::cite::passage(&l.claim, &l.cited_text, crate::engine::JUDGE_CHARS))
+        .collect();
+    let pairs: Vec<(&str, &str)> = labelled
+        .iter()
+        .zip(&passages)
+        .map(|(l, p)| (p.as_str(), l.claim.as_str()))
+        .collect();
+    let bar = ui.progress(pairs.len() as u64, "judging");
+    let p_yes = engine.judge(tier, &pairs, |_| bar.inc(1))?;
+    bar.finish_and_clear();
+    Ok(labels::Scored::judged(labelled, tier.name(), &p_yes))
+}
+
 fn mode_name(m: Mode) -> String {
     format!("{m:?}").to_lowercase()
 }
@@ -160,7 +188,9 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
     } else {
         Mode::Text
     };
-    let engine = Answerer::open(settings, engine_mode, !o.answers)?;
+    // Without answers only prompts are packed (the vocabularies do); a judge needs weights.
+    let vocab_only = !o.answers && o.cite_judge.is_none();
+    let engine = Answerer::open(settings, engine_mode, vocab_only)?;
 
     let results = run_cases(&engine, &cases, main, o, ui)?;
 
@@ -186,7 +216,9 @@ pub fn run(settings: &Settings, o: &EvalOptions, ui: &Ui) -> Result<Exit> {
         deltas,
         failures,
         elapsed_ms: started.elapsed().as_secs_f64() * 1e3,
-        cite_check: labelled.map(|l| labels::Scored::of(&l)),
+        cite_check: labelled
+            .map(|l| check_citations(&engine, &l, o.cite_judge, ui))
+            .transpose()?,
         results,
     };
     write_outputs(&out, o, &cases, main)?;

@@ -26,6 +26,7 @@ use crate::exit::ExitError;
 mod batch;
 mod generator;
 pub mod gguf;
+pub mod judge;
 mod remote;
 mod sample;
 mod session;
@@ -75,6 +76,8 @@ pub struct Llm {
     model: LlamaModel,
     template: LlamaChatTemplate,
     pub path: PathBuf,
+    /// Loaded without weights: it tokenizes, but a context on it would abort llama.cpp.
+    vocab_only: bool,
 }
 
 /// Checks the file before llama.cpp sees it: llama.cpp answers a bad file with a null pointer
@@ -136,6 +139,7 @@ impl Llm {
             model,
             template,
             path: path.to_path_buf(),
+            vocab_only,
         })
     }
 
@@ -211,6 +215,12 @@ impl Llm {
     }
 
     pub fn session(&self, p: &ContextParams) -> Result<Session<'_>> {
+        if self.vocab_only {
+            return Err(anyhow!(
+                "{} was loaded without its weights (vocabulary only); a context needs them",
+                self.path.display()
+            ));
+        }
         let n_ctx = if p.n_ctx == 0 {
             self.model.n_ctx_train()
         } else {

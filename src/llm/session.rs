@@ -88,6 +88,11 @@ impl Session<'_> {
         &self.tokens
     }
 
+    /// The logits that follow the last prefilled token (what samples the reply's first one).
+    pub fn logits(&self) -> &[f32] {
+        self.ctx.get_logits_ith(self.last_logits)
+    }
+
     /// Writes the KV state and the tokens it holds to `path`.
     pub fn save_state(&self, path: &Path) -> Result<()> {
         self.ctx

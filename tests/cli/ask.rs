@@ -875,6 +875,51 @@ fn the_readme_example_question_cites_the_file_the_readme_shows() {
     assert!(ends_a_sentence(v["answer"].as_str().unwrap()), "{v}");
 }
 
+/// The large generator judges its own answer's citations (`llm.judge_citations`): each one
+/// the words support carries the generator's P(yes), one below `llm.judge_min` is marked
+/// unsupported, the figures say how long it took; turned off, nothing is judged.
+#[test]
+fn the_large_generator_judges_the_citations_of_its_answer() {
+    let p = Project::empty();
+    copy_dir(&repo().join("corpus"), &p.path().join("corpus"));
+    let (code, _, err) = p.run(&["ingest", "corpus"]);
+    assert_eq!(code, 0, "{err}");
+    let large = large_model();
+    let q = "How does speculative decoding speed up generation?";
+    let args = [
+        "ask",
+        "--json",
+        "--model",
+        "large",
+        "--max-tokens",
+        "160",
+        q,
+    ];
+    let on = [("RAG_LLM_LARGE_MODEL", large.as_str())];
+    let v = ask_json(&p, &on, &args);
+    let citations = v["citations"].as_array().unwrap();
+    let judged: Vec<f64> = citations
+        .iter()
+        .filter_map(|c| c["judge"].as_f64())
+        .collect();
+    assert!(!judged.is_empty(), "no citation judged: {v}");
+    assert!(judged.iter().all(|p| (0.0..=1.0).contains(p)), "{v}");
+    for c in citations {
+        if let Some(p) = c["judge"].as_f64() {
+            assert_eq!(c["supported"] == true, p >= 0.4, "judge_min is 0.4: {c}");
+        }
+    }
+    assert!(v["timings"]["judge_ms"].as_f64().unwrap() > 0.0, "{v}");
+    let off = [
+        ("RAG_LLM_LARGE_MODEL", large.as_str()),
+        ("RAG_LLM_JUDGE_CITATIONS", "false"),
+    ];
+    let v = ask_json(&p, &off, &args);
+    let citations = v["citations"].as_array().unwrap();
+    assert!(citations.iter().all(|c| c.get("judge").is_none()), "{v}");
+    assert!(v["timings"].get("judge_ms").is_none(), "{v}");
+}
+
 /// The large generator reads the best `retrieval.large_top_k` spans (4 by default) where the
 /// others read `top_k`; `--top-k` is what every route reads, and 0 turns the cap off.
 #[test]

@@ -228,3 +228,62 @@ fn answers_are_scored_with_the_real_model() {
     assert!(err.contains("missing.json"), "{err}");
     assert!(!p.path().join("r.svg").exists());
 }
+
+/// `--cite-judge large` asks the 1.5B about each labelled sentence: of two lines of
+/// eval/citations.jsonl whose words both hold, it gives the one the cited text states a far
+/// higher P(yes) than the one it does not ("removes the first character" against a text on
+/// `lstrip`), and reports the check with its verdict at each threshold.
+#[test]
+fn the_large_generator_judges_labelled_sentences() {
+    let p = corpus_project();
+    let all = std::fs::read_to_string(repo().join("eval/citations.jsonl")).unwrap();
+    let line = |starts: &str| {
+        all.lines()
+            .find(|l| l.contains(&format!("\"claim\": \"{starts}")))
+            .unwrap_or_else(|| panic!("no label starting {starts}"))
+            .to_string()
+    };
+    let two = [
+        line("The sqlite_sequence table is created and initialized automatically"),
+        line("It will remove the first character of a string"),
+    ];
+    std::fs::write(p.path().join("two.jsonl"), two.join("\n")).unwrap();
+    let large = repo().join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf");
+    let env = [("RAG_LLM_LARGE_MODEL", large.to_str().unwrap())];
+    let args = [
+        "eval",
+        "--json",
+        "--modes",
+        "text",
+        "corpus.yaml",
+        "--cite-labels",
+        "two.jsonl",
+        "--cite-judge",
+        "large",
+    ];
+    std::fs::copy(
+        repo().join("eval/corpus.yaml"),
+        p.path().join("corpus.yaml"),
+    )
+    .unwrap();
+    let (code, out, err) = p.run_env(&env, &args);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let check = &v["cite_check"];
+    assert_eq!(check["words"], serde_json::json!([true, true]), "{check}");
+    let p_yes: Vec<f64> = check["p_yes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert!(p_yes[0] > 0.8 && p_yes[1] < 0.2, "{p_yes:?}");
+    let at_half = check["judged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["threshold"] == 0.5)
+        .expect("the 0.5 row");
+    assert_eq!(at_half["tuning"]["false_supported"], 0, "{at_half}");
+    assert_eq!(at_half["tuning"]["true_supported"], 1, "{at_half}");
+}
