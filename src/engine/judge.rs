@@ -1,7 +1,7 @@
-//! The generator as a judge of cited sentences: each (source, sentence) pair scored by a
-//! local generator in a context of its own, the source first so that sentences citing the
-//! same source share its keys and values. `llm.judge_citations` asks it of every answer's
-//! citations that the words support; `rag eval --cite-judge` of the labelled sentences.
+//! The generator as a judge of cited sentences: each (sentence, cited text) pair scored by a
+//! local generator in a small context of its own, on the lines of the cited text around the
+//! sentence's words. `llm.judge_citations` asks it of every answer's citations that the
+//! words support; `rag eval --cite-judge` of the labelled sentences, read the same way.
 
 use anyhow::{bail, Result};
 
@@ -12,7 +12,7 @@ use crate::llm::{judge, ContextParams, Llm};
 
 /// The most of a cited source the judge reads: the lines around the sentence's words
 /// (`cite::passage`). Its time grows with the length; see docs/quality.md.
-pub(crate) const JUDGE_CHARS: usize = 800;
+const JUDGE_CHARS: usize = 800;
 
 /// The generator that judges its own answers' citations.
 const JUDGE_TIER: Tier = Tier::Large;
@@ -21,26 +21,22 @@ const JUDGE_TIER: Tier = Tier::Large;
 const JUDGE_CTX: u32 = 1024;
 
 impl Answerer {
-    /// P(yes) for each `(source, sentence)` pair from the generator of `tier`, calling
-    /// `done` after each (progress).
+    /// P(yes) for each `(sentence, cited text)` pair from the generator of `tier`, read as
+    /// `rag ask` reads it, calling `done` after each (progress).
     pub fn judge(
         &self,
         tier: Tier,
-        pairs: &[(&str, &str)],
+        cited: &[(&str, &str)],
         done: impl FnMut(usize),
     ) -> Result<Vec<f32>> {
-        let i = self.model(tier)?;
-        let loaded = self.loaded(i);
+        let loaded = self.loaded(self.model(tier)?);
         let Some((llm, _)) = loaded.local() else {
             bail!(
                 "the {} generator is served remotely; the citation judge reads a local model's logits",
                 tier.name()
             );
         };
-        let (params, _) = self.window(loaded)?;
-        // Whole sources may be longer than the judge's own window.
-        let n_ctx = params.n_ctx.max(JUDGE_CTX);
-        scores(llm, &ContextParams { n_ctx, ..params }, pairs, done)
+        scores(llm, &self.judge_params(loaded)?, cited, done)
     }
 
     /// `llm.judge_citations`: where the large generator wrote the answer in this process,
@@ -67,20 +63,19 @@ impl Answerer {
         if asked.is_empty() {
             return 0.0;
         }
-        let passages: Vec<String> = asked
+        let cited: Vec<(&str, &str)> = asked
             .iter()
-            .map(|&i| cite::passage(&citations[i].claim, &citations[i].cited_text, JUDGE_CHARS))
+            .map(|&i| {
+                (
+                    citations[i].claim.as_str(),
+                    citations[i].cited_text.as_str(),
+                )
+            })
             .collect();
-        let pairs: Vec<(&str, &str)> = asked
-            .iter()
-            .zip(&passages)
-            .map(|(&i, p)| (p.as_str(), citations[i].claim.as_str()))
-            .collect();
-        let params = self.window(loaded).map(|(p, _)| ContextParams {
-            n_ctx: JUDGE_CTX,
-            ..p
-        });
-        match params.and_then(|p| scores(llm, &p, &pairs, |_| {})) {
+        let p_yes = self
+            .judge_params(loaded)
+            .and_then(|p| scores(llm, &p, &cited, |_| {}));
+        match p_yes {
             Ok(p_yes) => {
                 for (&i, p) in asked.iter().zip(p_yes) {
                     let c = &mut citations[i];
@@ -95,20 +90,31 @@ impl Answerer {
         }
         started.elapsed().as_secs_f64() * 1e3
     }
+
+    /// The judge's context: the generator's threads and batch, a window of its own.
+    fn judge_params(&self, loaded: &crate::llm::Generator) -> Result<ContextParams> {
+        let (params, _) = self.window(loaded)?;
+        Ok(ContextParams {
+            n_ctx: JUDGE_CTX,
+            ..params
+        })
+    }
 }
 
-/// P(yes) for each pair on one session of `llm`.
+/// P(yes) for each `(sentence, cited text)` pair on one session of `llm`, each sentence
+/// judged on the lines of its cited text around its words (`cite::passage`).
 fn scores(
     llm: &Llm,
     params: &ContextParams,
-    pairs: &[(&str, &str)],
+    cited: &[(&str, &str)],
     mut done: impl FnMut(usize),
 ) -> Result<Vec<f32>> {
     let mut session = llm.session(params)?;
     let verdicts = judge::Verdicts::of(llm);
-    let mut out = Vec::with_capacity(pairs.len());
-    for (k, (source, sentence)) in pairs.iter().enumerate() {
-        out.push(judge::support(&mut session, &verdicts, source, sentence)?);
+    let mut out = Vec::with_capacity(cited.len());
+    for (k, (sentence, text)) in cited.iter().enumerate() {
+        let source = cite::passage(sentence, text, JUDGE_CHARS);
+        out.push(judge::support(&mut session, &verdicts, &source, sentence)?);
         done(k + 1);
     }
     Ok(out)

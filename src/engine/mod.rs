@@ -10,7 +10,6 @@ mod chat;
 mod draft;
 mod generate;
 mod judge;
-pub(crate) use judge::JUDGE_CHARS;
 pub mod load;
 mod shared;
 pub mod speeds;

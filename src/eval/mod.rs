@@ -148,18 +148,12 @@ fn check_citations(
     let Some(tier) = judge else {
         return Ok(labels::Scored::of(labelled));
     };
-    // What `rag ask` gives the judge: the lines of the source around the sentence's words.
-    let passages: Vec<String> = labelled
+    let cited: Vec<(&str, &str)> = labelled
         .iter()
-        .map(|l| crate::ask::cite::passage(&l.claim, &l.cited_text, crate::engine::JUDGE_CHARS))
+        .map(|l| (l.claim.as_str(), l.cited_text.as_str()))
         .collect();
-    let pairs: Vec<(&str, &str)> = labelled
-        .iter()
-        .zip(&passages)
-        .map(|(l, p)| (p.as_str(), l.claim.as_str()))
-        .collect();
-    let bar = ui.progress(pairs.len() as u64, "judging");
-    let p_yes = engine.judge(tier, &pairs, |_| bar.inc(1))?;
+    let bar = ui.progress(cited.len() as u64, "judging");
+    let p_yes = engine.judge(tier, &cited, |_| bar.inc(1))?;
     bar.finish_and_clear();
     Ok(labels::Scored::judged(labelled, tier.name(), &p_yes))
 }

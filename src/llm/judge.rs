@@ -62,8 +62,7 @@ impl Verdicts {
     }
 }
 
-/// The judge's prompt for one cited sentence: the source first, so sentences that cite the
-/// same source share the prefix a session keeps.
+/// The judge's prompt for one cited sentence: the source, then the sentence and the question.
 pub fn messages(source: &str, sentence: &str) -> Vec<Message> {
     vec![
         Message {

@@ -84,9 +84,15 @@ fn the_corpus_set_passes_its_floors_and_hybrid_is_never_worse() {
     let (_, failures) = junit_counts(&junit);
     assert!(failures >= 1);
 
+    baselines_gate_and_draw(&p, set);
+}
+
+/// A baseline equal to this run passes with no change, one that was better fails; a
+/// retrieval-only run draws beside its baseline.
+fn baselines_gate_and_draw(p: &Project, set: &str) {
     // A baseline equal to this run passes with no change; one that was better fails.
     let base = p.path().join("base.json");
-    std::fs::write(&base, out_json(&p, set)).unwrap();
+    std::fs::write(&base, out_json(p, set)).unwrap();
     let against_baseline = || {
         p.run(&[
             "eval",
