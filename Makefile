@@ -1,5 +1,7 @@
 # The README's two commands: `make demo` and `make test`. Both run scripts/setup.sh first
-# (idempotent: it installs build tools and fetches models only when missing).
+# (idempotent: it installs the build tools only when missing), build rag, then fetch the
+# models with the built binary (`rag models fetch --dir models`: the one fetcher, checked
+# against the catalog in src/catalog.rs; a file already there with its checksum is kept).
 # One cargo profile (release) serves both, so the demo and the tests share one build.
 
 CARGO ?= cargo
@@ -16,7 +18,7 @@ QUESTION ?= What does the KV cache store?
 # alone would keep the old one).
 $(foreach kv,$(shell PORTABLE=$(PORTABLE) scripts/ggml-flags.sh),$(eval export $(kv)))
 
-.PHONY: setup build demo test test-remote stress bench eval man lint install uninstall dist
+.PHONY: setup build models demo test test-remote stress bench eval man lint install uninstall dist
 
 setup:
 	scripts/setup.sh $(SETUP_FLAGS)
@@ -25,7 +27,8 @@ setup:
 # The tests answer with all three generators (speculative decoding is checked byte for byte
 # on the large one, with the medium one as its draft), so they fetch them all, and drive the
 # web page of `rag serve` in Debian's headless Chromium (--browser installs it).
-test: SETUP_FLAGS := --large --browser
+test: SETUP_FLAGS := --browser
+test: FETCH_FLAGS := --large
 
 # --all-targets: dev-dependencies then take part in feature resolution exactly as in
 # `cargo test`, so the demo and the tests share every compiled dependency. A plain
@@ -33,15 +36,20 @@ test: SETUP_FLAGS := --large --browser
 build: setup
 	$(CARGO) build --release --locked --all-targets
 
-demo: build
+# The models this checkout answers with, in models/ (FETCH_FLAGS: --small, --minimal, --large;
+# see `rag models fetch --help`). `rag models list` shows what is installed where.
+models: build
+	$(RAG) models fetch --dir models $(FETCH_FLAGS)
+
+demo: models
 	$(RAG) ingest corpus
 	$(RAG) ask --stats "$(QUESTION)"
 
-# The object-storage tests run against moto's S3 server (scripts/s3-server.sh: a pip install
+# The object-storage tests run against moto's S3 server (scripts/test/s3-server.sh: a pip install
 # the first time, then seconds); test-remote adds the llama-server ones, which need a build.
-test: setup
+test: models
 	$(CARGO) test --release --locked
-	RAG_S3_SERVER=$$(scripts/s3-server.sh) $(CARGO) test --release --locked --test cli -- --ignored object_storage::
+	RAG_S3_SERVER=$$(scripts/test/s3-server.sh) $(CARGO) test --release --locked --test cli -- --ignored object_storage::
 
 # Clippy over every target, warnings as errors. Its first run checks every dependency
 # (about 15 minutes on 2 cores); later runs take seconds.
@@ -51,49 +59,49 @@ lint:
 
 # The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25), the
 # property tests (proptest, src/fuzz.rs) with 120,000 cases each instead of 150, and a
-# 2-minute soak of `rag serve` against hostile clients (scripts/serve_soak.py): over 12 minutes.
-stress: build
+# 2-minute soak of `rag serve` against hostile clients (scripts/test/serve_soak.py): over 12 minutes.
+stress: models
 	RAG_FUZZ_CASES=120000 $(CARGO) test --release --locked --lib fuzz
 	$(CARGO) test --release --locked --lib -- --ignored a_2_mb_single_line_chunks_in_time_linear
 	RAG_STRESS_EDITS=200 $(CARGO) test --release --locked --test cli -- safety faults crash_at kill_9
-	scripts/serve_soak.sh
+	scripts/test/serve_soak.sh
 
 # Remote backends against a real llama-server, built from llama.cpp's source on first use
-# (scripts/llama-server.sh; up to 70 minutes on 2 cores the first time), and an index on
-# object storage against moto's S3 server (scripts/s3-server.sh, a pip install), both started
+# (scripts/test/llama-server.sh; up to 70 minutes on 2 cores the first time), and an index on
+# object storage against moto's S3 server (scripts/test/s3-server.sh, a pip install), both started
 # by the tests on 127.0.0.1.
-test-remote: setup
-	RAG_LLAMA_SERVER=$$(scripts/llama-server.sh) RAG_S3_SERVER=$$(scripts/s3-server.sh) \
+test-remote: models
+	RAG_LLAMA_SERVER=$$(scripts/test/llama-server.sh) RAG_S3_SERVER=$$(scripts/test/s3-server.sh) \
 	  $(CARGO) test --release --locked --test cli -- --ignored remote:: object_storage::
 
 # rag on your PATH for every project: the binary in $(PREFIX)/bin, man pages and bash, zsh and
 # fish completions under $(PREFIX)/share, the models in ~/.local/share/rag/models (or
 # $XDG_DATA_HOME/rag/models), where rag finds them from any folder. INSTALL_FLAGS=--large
 # adds the larger generators; BIN=path installs a binary built elsewhere. `make uninstall`
-# (same PREFIX) removes exactly what was installed (scripts/install.sh keeps the list).
+# (same PREFIX) removes exactly what was installed (scripts/release/install.sh keeps the list).
 PREFIX ?= $(HOME)/.local
 install:
 	@[ -n "$(BIN)" ] || $(MAKE) build
-	scripts/install.sh "$(or $(BIN),$(RAG))" "$(PREFIX)" $(INSTALL_FLAGS)
+	scripts/release/install.sh "$(or $(BIN),$(RAG))" "$(PREFIX)" $(INSTALL_FLAGS)
 
 uninstall:
-	scripts/install.sh --uninstall "$(PREFIX)"
+	scripts/release/install.sh --uninstall "$(PREFIX)"
 
-# The release tarball, the wheel (scripts/wheel.sh) and SHA256SUMS in dist/ (scripts/dist.sh),
+# The release tarball, the wheel (scripts/release/wheel.sh) and SHA256SUMS in dist/ (scripts/release/dist.sh),
 # from the portable build:
 # llama.cpp is rebuilt for any x86-64 CPU with AVX2 (minutes), and the next plain `make build`
 # rebuilds it for this CPU again.
 dist:
 	$(MAKE) build PORTABLE=1
-	scripts/dist.sh "$(RAG)" dist
+	scripts/release/dist.sh "$(RAG)" dist
 
 # Man pages generated from the clap definitions (rag.1 and rag-COMMAND.1).
 man: build
 	$(RAG) man man
 
-bench: build
-	scripts/bench.sh
+bench: models
+	scripts/bench/bench.sh
 
-# Quality on the three dev sets (eval/sqlite/, eval/python/, eval/bash/): see scripts/eval.sh.
-eval: build
-	scripts/eval.sh
+# Quality on the three dev sets (eval/sqlite/, eval/python/, eval/bash/): see scripts/eval/eval.sh.
+eval: models
+	scripts/eval/eval.sh

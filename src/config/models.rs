@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
-/// The user's model folder, where `scripts/setup.sh --user` (and `make install`) put the
+/// The user's model folder, where `rag models fetch` (and `make install`) put the
 /// models: `$XDG_DATA_HOME/rag/models`, by default `~/.local/share/rag/models`. A default
 /// model path that the project's own `models/` lacks is looked up here, so an installed
 /// rag answers from any folder without a `rag.toml`.
@@ -23,19 +23,8 @@ pub fn setup_hint() -> String {
         || "~/.local/share/rag/models".to_string(),
         |p| p.display().to_string(),
     );
-    format!("run `rag models fetch` (it puts the models in {user}, where rag finds them from any folder), or `scripts/setup.sh` in rag's checkout")
+    format!("run `rag models fetch` (it puts the models in {user}, where rag finds them from any folder), or `make models` in rag's checkout")
 }
-
-/// Keys whose built-in default is a file under `models/` (what `scripts/setup.sh` fetches).
-pub const MODEL_KEYS: &[&str] = &[
-    "embed.model",
-    "embed.tokenizer_dir",
-    "embed.ort_lib",
-    "llm.model",
-    "llm.medium_model",
-    "llm.large_model",
-    "llm.draft_model",
-];
 
 /// In the defaults layer (already resolved against `base`): a model the project's
 /// `models/` folder lacks is taken from the user's model folder when it is there; an ONNX
@@ -47,7 +36,7 @@ pub(super) fn prefer_user_models(
     ort: Option<&Path>,
 ) {
     if let Some(user) = user {
-        for key in MODEL_KEYS {
+        for (key, _) in crate::catalog::keys() {
             from_user_folder(defaults, base, user, key);
         }
     }

@@ -45,6 +45,11 @@ pub(super) const OTHER_VARS: &[&str] = &[
     "RAG_TEST_CLOCK_SKEW_S",
     "RAG_FUZZ_CASES",
     "RAG_STRESS_EDITS",
+    // Read by `rag models`: the Python that runs pip, a checksum list in place of the
+    // catalog's (tests), a fault point (tests). Set for a fetch, they must not break the rest.
+    "RAG_PYTHON",
+    "RAG_MODELS_SHA256",
+    "RAG_FAULT_FETCH",
 ];
 
 /// `RAG_LOG`: the log filter, when set (see `ui::init_logs`).

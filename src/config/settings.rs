@@ -357,12 +357,20 @@ impl Default for IndexSettings {
         }
     }
 }
+/// A model setting's built-in default, from the catalog: `models/FILE`, relative to the
+/// project (resolved against its folder, then the user's model folder).
+fn model_default(key: &str) -> PathBuf {
+    crate::catalog::default_path(key)
+        .expect("a model key of the catalog")
+        .into()
+}
+
 impl Default for EmbedSettings {
     fn default() -> Self {
         EmbedSettings {
-            model: "models/all-MiniLM-L6-v2-int8.onnx".into(),
-            tokenizer_dir: "models/minilm".into(),
-            ort_lib: "models/libonnxruntime.so.1.31.1".into(),
+            model: model_default("embed.model"),
+            tokenizer_dir: model_default("embed.tokenizer_dir"),
+            ort_lib: model_default("embed.ort_lib"),
             max_length: 256,
             batch_size: 16,
             threads: 0,
@@ -425,9 +433,9 @@ impl Default for RerankSettings {
 impl Default for LlmSettings {
     fn default() -> Self {
         LlmSettings {
-            model: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-            medium_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
-            large_model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf".into(),
+            model: model_default("llm.model"),
+            medium_model: model_default("llm.medium_model"),
+            large_model: model_default("llm.large_model"),
             route: Route::Auto,
             answer_budget_s: 60.0,
             route_similarity: 0.0,
@@ -457,7 +465,7 @@ impl Default for LlmSettings {
             large_backend: Backend::Local,
             speculative: Speculative::Off,
             draft_tokens: 15,
-            draft_model: "models/Qwen2.5-Coder-0.5B-Instruct.gguf".into(),
+            draft_model: model_default("llm.draft_model"),
             url: "http://127.0.0.1:8080/v1".into(),
             api_key_env: String::new(),
             remote_model: String::new(),

@@ -34,7 +34,7 @@ fn run(file: Option<&str>, env: &[(&str, &str)], flags: Flags) -> Result<Setting
 fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() {
     let project = tempfile::tempdir().unwrap();
     let user = tempfile::tempdir().unwrap();
-    let small = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    let small = crate::catalog::SMALL.path;
     std::fs::write(user.path().join(small), b"GGUF").unwrap();
     std::fs::create_dir(user.path().join("minilm")).unwrap();
     let at = |u: Option<&Path>| {
@@ -56,7 +56,7 @@ fn a_default_model_missing_from_the_project_comes_from_the_users_model_folder() 
         s.llm.large_model,
         project
             .path()
-            .join("models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf")
+            .join(crate::catalog::default_path("llm.large_model").unwrap())
     );
     // The project's own models/ wins; a key set anywhere is never replaced.
     std::fs::create_dir(project.path().join("models")).unwrap();
@@ -416,7 +416,9 @@ fn a_found_onnx_runtime_is_used_only_where_no_model_folder_has_the_pinned_one() 
         .ort_lib
     };
     assert_eq!(at(Some(&found)), found);
-    let pinned = project.path().join("models/libonnxruntime.so.1.31.1");
+    let pinned = project
+        .path()
+        .join(crate::catalog::default_path("embed.ort_lib").unwrap());
     assert_eq!(at(None), pinned);
     std::fs::create_dir(project.path().join("models")).unwrap();
     std::fs::write(&pinned, b"ELF").unwrap();

@@ -106,7 +106,7 @@ fn ort_environment(lib: &Path) -> Result<ort::environment::Environment> {
     let lib = std::path::absolute(lib).unwrap_or_else(|_| lib.to_path_buf());
     let builder = ort::init_from(&lib).map_err(|e| {
         ExitError::model(format!(
-            "cannot load ONNX Runtime from {} ({e}); use the library `rag models fetch` or `scripts/setup.sh` fetches (1.24 or newer)",
+            "cannot load ONNX Runtime from {} ({e}); use the library `rag models fetch` fetches (1.24 or newer)",
             lib.display()
         ))
     })?;

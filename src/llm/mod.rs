@@ -254,11 +254,9 @@ mod tests {
 
     /// The small generator's vocabulary (no weights): what token-level tests read.
     fn small_vocab() -> super::Llm {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-        );
-        super::Llm::load(std::path::Path::new(path), true).unwrap()
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(crate::catalog::default_path("llm.model").unwrap());
+        super::Llm::load(&path, true).unwrap()
     }
 
     #[test]

@@ -824,7 +824,7 @@ fn a_token_limit_ends_the_answer_at_a_whole_sentence_on_each_generator() {
 }
 
 /// README's example session still holds: its question, asked with the default route and the
-/// generators `scripts/setup.sh` fetches, gets an answer citing the file README shows cited.
+/// generators `make models FETCH_FLAGS=--large` fetches, gets an answer citing the file README shows cited.
 #[test]
 fn the_readme_example_question_cites_the_file_the_readme_shows() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();

@@ -1,5 +1,5 @@
 //! `make dist`: the release tarball and the wheel, packed once from this test build by
-//! scripts/dist.sh, then installed and used as a person would (an empty folder, nothing of
+//! scripts/release/dist.sh, then installed and used as a person would (an empty folder, nothing of
 //! the checkout on PATH, no cargo) and removed without a trace.
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ fn dist() -> PathBuf {
     }
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dist");
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(repo().join("scripts/dist.sh"))
+    let out = Command::new(repo().join("scripts/release/dist.sh"))
         .arg(assert_cmd::cargo::cargo_bin("rag"))
         .arg(&dir)
         .env("DIST_NATIVE", "1")
@@ -244,7 +244,8 @@ fn the_wheel_installs_into_a_fresh_venv_answers_and_uninstalls_without_a_trace()
 }
 
 /// The hosted release workflow cannot run here: it parses, runs on a tag, builds with
-/// `make dist` and uploads the three files scripts/dist.sh writes, under the names it writes.
+/// `make dist` and uploads the three files scripts/release/dist.sh writes, under the names it
+/// writes.
 #[test]
 fn the_release_workflow_builds_and_uploads_what_make_dist_writes() {
     let text = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
@@ -263,10 +264,10 @@ fn the_release_workflow_builds_and_uploads_what_make_dist_writes() {
         })
         .expect("an upload step");
     let files = upload["with"]["files"].as_str().unwrap();
-    let dist = std::fs::read_to_string(repo().join("scripts/dist.sh")).unwrap();
+    let dist = std::fs::read_to_string(repo().join("scripts/release/dist.sh")).unwrap();
     assert!(dist.contains("name=rag-$version-x86_64-unknown-linux-gnu"));
     assert!(dist.contains("tarball=$name.tar.gz") && dist.contains(">SHA256SUMS"));
-    let wheel = std::fs::read_to_string(repo().join("scripts/wheel.sh")).unwrap();
+    let wheel = std::fs::read_to_string(repo().join("scripts/release/wheel.sh")).unwrap();
     assert!(
         wheel.contains("dist=rag_offline-$version") && wheel.contains("*-manylinux_*_x86_64.whl)")
     );
@@ -298,7 +299,7 @@ fn the_binstall_metadata_points_at_the_release_tarball() {
     );
     assert_eq!(b["pkg-fmt"].as_str(), Some("tgz"));
     // What dist.sh packs for target x86_64-unknown-linux-gnu: NAME/bin/rag in NAME.tar.gz.
-    let dist = std::fs::read_to_string(repo().join("scripts/dist.sh")).unwrap();
+    let dist = std::fs::read_to_string(repo().join("scripts/release/dist.sh")).unwrap();
     assert!(dist.contains("name=rag-$version-x86_64-unknown-linux-gnu"));
     assert!(dist.contains(r#"install -m 755 "$bin" "$stage/bin/rag""#));
 }

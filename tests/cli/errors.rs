@@ -25,7 +25,7 @@ fn missing_model_file() {
     assert_eq!(code, 5, "{err}");
     let line = one_line_error(&err);
     assert!(
-        line.contains("nope.gguf") && line.contains("setup.sh"),
+        line.contains("nope.gguf") && line.contains("rag models fetch"),
         "{line}"
     );
 }
@@ -62,7 +62,7 @@ fn missing_onnx_runtime() {
     assert_eq!(out.status.code(), Some(5), "{err}");
     let line = one_line_error(&err);
     assert!(
-        line.contains("/nonexistent/libonnxruntime.so") && line.contains("setup.sh"),
+        line.contains("/nonexistent/libonnxruntime.so") && line.contains("rag models fetch"),
         "{line}"
     );
 }

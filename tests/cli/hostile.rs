@@ -242,7 +242,7 @@ fn fifos_in_place_of_state_files_are_set_aside_not_waited_on() {
     }
 }
 
-/// `make uninstall` (scripts/install.sh --uninstall) with an edited list: an absolute path
+/// `make uninstall` (scripts/release/install.sh --uninstall) with an edited list: an absolute path
 /// outside PREFIX, a `../` path, a file in the user's home, a path through a link, a folder
 /// outside. Each is refused by name and nothing at all is removed; a link listed itself goes
 /// as a link.
@@ -271,7 +271,7 @@ fn uninstall_refuses_a_list_naming_paths_outside_and_removes_nothing() {
             std::fs::write(list.with_extension("dirs"), d).unwrap();
         }
         let out = Command::new("bash")
-            .arg(repo().join("scripts/install.sh"))
+            .arg(repo().join("scripts/release/install.sh"))
             .arg("--uninstall")
             .arg(&prefix)
             .env("HOME", &home)

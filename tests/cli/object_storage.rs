@@ -1,5 +1,5 @@
 //! An index on object storage (`index.dir = "s3://…"`): against moto's S3-compatible server,
-//! installed from PyPI by scripts/s3-server.sh and started here on 127.0.0.1. Ignored by a
+//! installed from PyPI by scripts/test/s3-server.sh and started here on 127.0.0.1. Ignored by a
 //! plain `cargo test`; `make test` and `make test-remote` set RAG_S3_SERVER and run them.
 
 use std::process::{Command, Stdio};

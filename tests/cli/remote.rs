@@ -1,5 +1,5 @@
 //! Remote generators (`llm.backend = "openai"`): against a real `llama-server` built from
-//! llama.cpp's source by scripts/llama-server.sh and started here on 127.0.0.1 with the
+//! llama.cpp's source by scripts/test/llama-server.sh and started here on 127.0.0.1 with the
 //! project's own GGUF. Those tests are ignored in `make test` (the server build takes ten
 //! minutes) and run by `make test-remote`, which sets RAG_LLAMA_SERVER. What needs no server
 //! (an unreachable one) runs everywhere.

@@ -28,7 +28,7 @@ fn search(p: &Project, env: &[(&str, &str)], k: &str) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap()
 }
 
-/// fixtures/reranker/length.onnx (scripts/make_test_reranker.py) has a cross-encoder's
+/// fixtures/reranker/length.onnx (scripts/test/make_test_reranker.py) has a cross-encoder's
 /// interface and scores a pair by its length in tokens, so its order is predictable.
 #[test]
 fn a_reranker_reorders_the_fused_candidates() {

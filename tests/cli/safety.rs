@@ -332,7 +332,7 @@ fn doctor_passes_a_healthy_setup_and_names_each_problem_with_its_fix() {
     assert!(
         status("checksum")
             .iter()
-            .any(|(s, d)| s == "fail" && d.contains("setup.sh")),
+            .any(|(s, d)| s == "fail" && d.contains("rag models fetch")),
         "{v}"
     );
     assert!(

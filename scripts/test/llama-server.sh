@@ -4,7 +4,7 @@
 # are not), and prints its path. The remote-backend tests (`make test-remote`) start it on
 # 127.0.0.1 with the project's own GGUF models. Built once into ~/.cache/rag/llama-server.
 #
-#   scripts/llama-server.sh            # build if needed, print the binary's path
+#   scripts/test/llama-server.sh            # build if needed, print the binary's path
 #
 # A pinned sdist keeps the server's API and numerics the same from run to run.
 set -euo pipefail

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make eval`: rag's quality on its three dev sets, each over a real manual nobody here wrote:
-# eval/sqlite/ (SQLite's documentation, HTML, scripts/devset.sh), eval/python/ (the Python 3.11
-# documentation's reST sources, scripts/devset-python.sh) and eval/bash/ (the Bash reference
-# manual, one text file per section, scripts/devset-bash.sh). Each corpus is ingested into its
+# eval/sqlite/ (SQLite's documentation, HTML, scripts/eval/devset.sh), eval/python/ (the Python 3.11
+# documentation's reST sources, scripts/eval/devset-python.sh) and eval/bash/ (the Bash reference
+# manual, one text file per section, scripts/eval/devset-bash.sh). Each corpus is ingested into its
 # own project under $EVAL_DIR (incremental after the first run), then `rag eval` runs on the
 # tuning part and on the held-out part of each set. JSON results are kept in each project.
 #
@@ -23,7 +23,7 @@
 # $EVAL_DIR/report-TAG.html (TAG: retrieval, or the MODEL answers came from).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 dir=${EVAL_DIR:-$HOME/.cache/rag/eval}
@@ -53,14 +53,14 @@ saved=()
 last_set=${sets##* }
 for set in $sets; do
   # The SQLite project is $dir itself (its results keep their names: dev-large.json, which
-  # scripts/route_table.py reads); the others are $dir/python and $dir/bash.
+  # scripts/analysis/route_table.py reads); the others are $dir/python and $dir/bash.
   case $set in
     sqlite) project=$dir corpus=sqlite-doc fetch=devset.sh ;;
     python) project=$dir/python corpus=python-doc fetch=devset-python.sh ;;
     bash) project=$dir/bash corpus=bash-doc fetch=devset-bash.sh ;;
   esac
   mkdir -p "$project"
-  "$root/scripts/$fetch" "$project/$corpus"
+  "$root/scripts/eval/$fetch" "$project/$corpus"
   # A project whose rag.toml is the repository's, with the models' paths made absolute.
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$project/rag.toml"
   (cd "$project" && "$rag" ingest "$corpus")

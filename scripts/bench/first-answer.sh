@@ -5,10 +5,10 @@
 # `rag ingest` of DOCS in an empty folder, `rag ask`. Everything happens under a temporary
 # HOME and XDG_DATA_HOME, removed at the end; nothing of the checkout is on PATH.
 #
-#   scripts/first-answer.sh WHEEL [MODELS [DOCS]]    (defaults: models/ and corpus/ here)
+#   scripts/bench/first-answer.sh WHEEL [MODELS [DOCS]]    (defaults: models/ and corpus/ here)
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-[ $# -ge 1 ] || { echo "usage: scripts/first-answer.sh WHEEL [MODELS [DOCS]]" >&2; exit 2; }
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+[ $# -ge 1 ] || { echo "usage: scripts/bench/first-answer.sh WHEEL [MODELS [DOCS]]" >&2; exit 2; }
 wheel=$(realpath "$1") models=$(realpath "${2:-$root/models}") docs=$(realpath "${3:-$root/corpus}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Is a tuning/held-out gap in keywords evidence of tuning, or the luck of the draw? (#43)
 
-    python3 scripts/gap_test.py TAG [TAG ...]      e.g. k4
+    python3 scripts/analysis/gap_test.py TAG [TAG ...]      e.g. k4
 
 For each set, and for the three sets pooled, from saved answered runs (PART-TAG.json, as
-scripts/sets_table.py reads them; the first tag that has a part is used):
+scripts/analysis/sets_table.py reads them; the first tag that has a part is used):
 - keywords of the tuning parts (dev, dev2) and of the held-out parts (heldout, heldout2);
 - p: a permutation test. The cases of both sides are pooled and split at random into two
   parts of the same sizes, 20,000 times (a fixed seed: the same runs print the same table).

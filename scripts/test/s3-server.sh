@@ -3,7 +3,7 @@
 # the path of its `moto_server` program. The object-storage tests (`make test-remote`) start it
 # on 127.0.0.1 and keep an index in a bucket there.
 #
-#   scripts/s3-server.sh            # install if needed, print the program's path
+#   scripts/test/s3-server.sh            # install if needed, print the program's path
 #
 # Why moto: a pip install from PyPI (reachable here, unlike GitHub releases), seconds to set up,
 # and it implements what LanceDB's commits rely on: conditional writes (If-None-Match) on

@@ -31,6 +31,6 @@ graph = helper.make_graph(
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 model.ir_version = 8
 onnx.checker.check_model(model)
-out = pathlib.Path(__file__).resolve().parent.parent / "fixtures/reranker/length.onnx"
+out = pathlib.Path(__file__).resolve().parents[2] / "fixtures/reranker/length.onnx"
 out.write_bytes(model.SerializeToString())
 print(f"wrote {out} ({out.stat().st_size} bytes)")

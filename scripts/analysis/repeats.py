@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts repeated sentences in the answers of saved `rag eval --answers --save-json` runs.
 
-    python3 scripts/repeats.py RUN.json [RUN.json ...]
+    python3 scripts/analysis/repeats.py RUN.json [RUN.json ...]
 
 A sentence repeats when, after normalisation (lower case, words only, citation markers and
 list numbers left out), it has three words or more and either says the same words as an

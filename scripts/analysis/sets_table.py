@@ -4,10 +4,10 @@ retrieval (hit@1, hit@5, context recall of the packed context) and answers (keyw
 reader, repetition stops, answers that dropped a repeat and went on, first token p50, whole
 answer mean), one row per run tag.
 
-    python3 scripts/sets_table.py TAG [TAG ...]      e.g. before k4 k5
+    python3 scripts/analysis/sets_table.py TAG [TAG ...]      e.g. before k4 k5
 
 Reads $EVAL_DIR (default ~/.cache/rag/eval): the SQLite project is $EVAL_DIR itself, the
-others $EVAL_DIR/python and $EVAL_DIR/bash, each holding PART-TAG.json (scripts/eval.sh
+others $EVAL_DIR/python and $EVAL_DIR/bash, each holding PART-TAG.json (scripts/eval/eval.sh
 names them so; TAG=… make eval). A missing run is skipped. The last rows pool each part over
 the sets, then every tuning part (dev, dev2) and every held-out part (heldout, heldout2)
 (every case counts once).

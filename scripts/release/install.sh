@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make install` and `make uninstall`.
 #
-#   scripts/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]   install
-#   scripts/install.sh --uninstall PREFIX               remove what the install wrote
+#   scripts/release/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]   install
+#   scripts/release/install.sh --uninstall PREFIX               remove what the install wrote
 #
 # Install puts the binary in PREFIX/bin, its man pages in PREFIX/share/man/man1, completion
 # scripts where bash-completion, zsh and fish look under PREFIX/share, and the models in the
@@ -16,7 +16,7 @@
 # model folder before the install stay).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 say() { printf 'install: %s\n' "$*" >&2; }
 die() { printf 'install: error: %s\n' "$*" >&2; exit 1; }
 
@@ -99,11 +99,11 @@ uninstall() {
 }
 
 if [ "${1:-}" = --uninstall ]; then
-  [ $# -eq 2 ] || die "usage: scripts/install.sh --uninstall PREFIX"
+  [ $# -eq 2 ] || die "usage: scripts/release/install.sh --uninstall PREFIX"
   uninstall "$2"
   exit 0
 fi
-[ $# -ge 2 ] || die "usage: scripts/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]"
+[ $# -ge 2 ] || die "usage: scripts/release/install.sh BIN PREFIX [--small|--minimal|--medium|--large] [--from=DIR]"
 bin=$1 prefix=$2
 shift 2
 [ -x "$bin" ] || die "$bin is not an executable: run \`make build\` first"

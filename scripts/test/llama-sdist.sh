@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fetches llama-cpp-python's source distribution (which vendors a whole llama.cpp tree) with
-# pip, by package name, so a user's index mirror and proxy apply; for llama-server.sh and
-# llama-tools.sh. pip reads an sdist's metadata with its build backend, so that backend is
-# installed first into a venv of our own and build isolation is turned off (otherwise pip
-# would build the backend from source too, under --no-binary).
+# pip, by package name, so a user's index mirror and proxy apply; for llama-server.sh (here)
+# and scripts/bench/llama-tools.sh. pip reads an sdist's metadata with its build backend, so
+# that backend is installed first into a venv of our own and build isolation is turned off
+# (otherwise pip would build the backend from source too, under --no-binary).
 #
-#   scripts/llama-sdist.sh VERSION OUT.tar.gz   # writes OUT.tar.gz, or exits 1 saying why
+#   scripts/test/llama-sdist.sh VERSION OUT.tar.gz   # writes OUT.tar.gz, or exits 1 saying why
 set -euo pipefail
 version=$1 out=$2
 venv=${RAG_CACHE:-$HOME/.cache/rag}/sdist-venv

@@ -7,7 +7,7 @@
 # $BENCH_DIR/speculate.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 out=${BENCH_DIR:-$HOME/.cache/rag/bench}/speculate
@@ -17,7 +17,7 @@ model=${MODEL:-large}
 modes=${MODES:-off lookup draft}
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 mkdir -p "$out" "$dir"
-"$root/scripts/devset.sh" "$dir/sqlite-doc"
+"$root/scripts/eval/devset.sh" "$dir/sqlite-doc"
 sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$dir/rag.toml"
 (cd "$dir" && "$rag" -q ingest sqlite-doc >/dev/null)
 

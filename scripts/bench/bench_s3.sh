@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `BENCH=s3 make bench`: one index in a local folder and the same index in a bucket of moto's
-# S3-compatible server on 127.0.0.1 (scripts/s3-server.sh), measured side by side in one run
+# S3-compatible server on 127.0.0.1 (scripts/test/s3-server.sh), measured side by side in one run
 # over corpus/: ingest time, then cold `rag search` processes and `rag ask --dry-run`
 # (retrieval and packing, no generation: what the store's location changes) alternating
 # between the two, and `rag ask` answers with the prompt cache off. Prints a table.
@@ -8,7 +8,7 @@
 #   RUNS=N   timed runs of each command per location (default 20)
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 bench=${BENCH_DIR:-$HOME/.cache/rag/bench}/s3
@@ -16,7 +16,7 @@ runs=${RUNS:-20}
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }
 mkdir -p "$bench"
-moto=$("$root/scripts/s3-server.sh")
+moto=$("$root/scripts/test/s3-server.sh")
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$moto" -H 127.0.0.1 -p "$port" >"$bench/moto.log" 2>&1 &

@@ -10,7 +10,7 @@
 #   KINDS=ivf-hnsw-sq,ivf-pq NPROBES=10,20,40 REFINE=0,5
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 bench=${BENCH_DIR:-$HOME/.cache/rag/bench}

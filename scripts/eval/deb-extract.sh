@@ -3,9 +3,9 @@
 # sources, mirror and proxy apply; an `apt-get update` first when the lists are stale) and
 # unpacks its files into DIR. The dev-set scripts (devset*.sh) share it.
 #
-#   scripts/deb-extract.sh PACKAGE DIR
+#   scripts/eval/deb-extract.sh PACKAGE DIR
 set -euo pipefail
-[ $# -eq 2 ] || { echo "usage: scripts/deb-extract.sh PACKAGE DIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: scripts/eval/deb-extract.sh PACKAGE DIR" >&2; exit 2; }
 pkg=$1 out=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

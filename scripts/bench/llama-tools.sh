@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own llama-bench and llama-quantize against the very llama.cpp tree rag
-# links, and prints the folder that holds them. scripts/bench_format.sh uses them to compare
+# links, and prints the folder that holds them. scripts/bench/bench_format.sh uses them to compare
 # rag's prefill and decode with llama-bench on one GGUF file, and to requantize the 1.5B.
 #
-#   scripts/llama-tools.sh            # ggml compiled as rag compiles it here (the options
+#   scripts/bench/llama-tools.sh            # ggml compiled as rag compiles it here (the options
 #                                     # scripts/ggml-flags.sh prints for this CPU)
-#   scripts/llama-tools.sh portable   # ggml for any x86-64 with AVX2 (PORTABLE=1 builds)
-#   scripts/llama-tools.sh native     # ggml compiled for this CPU (llama.cpp's own default)
+#   scripts/bench/llama-tools.sh portable   # ggml for any x86-64 with AVX2 (PORTABLE=1 builds)
+#   scripts/bench/llama-tools.sh native     # ggml compiled for this CPU (llama.cpp's own default)
 #
 # The kernels, llama and common libraries come from the tree llama-cpp-sys-2 vendors (found
 # through `cargo metadata`: the same version as rag's). That crate ships the tools' folders
@@ -20,7 +20,7 @@ set -euo pipefail
 
 sdist_version=0.3.36
 flavour=${1:-rag}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 extra=()
 case $flavour in
   rag) native=OFF; mapfile -t opts < <("$root/scripts/ggml-flags.sh")
@@ -54,7 +54,7 @@ if [[ ! -f $tools/.complete ]]; then
   say "fetching llama-cpp-python $sdist_version's source with pip (for the tools' sources)"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  "$root/scripts/llama-sdist.sh" "$sdist_version" "$tmp/llama_cpp_python-$sdist_version.tar.gz"
+  "$root/scripts/test/llama-sdist.sh" "$sdist_version" "$tmp/llama_cpp_python-$sdist_version.tar.gz"
   tar -xzf "$tmp"/llama_cpp_python-"$sdist_version".tar.gz -C "$tmp"
   rm -rf "$tools" && mkdir -p "$tools"
   cp -r "$tmp/llama_cpp_python-$sdist_version/vendor/llama.cpp/tools/"{llama-bench,quantize} "$tools/"

@@ -4,8 +4,8 @@ without generating anything again (#24). Every answer at temperature 0 is a func
 question and its generator, so a rule's keywords and answer time are the sum, over the
 cases, of the route it picks, read from one `rag eval --answers --save-json` run per route.
 
-Usage: route_table.py [EVAL_DIR ...]   (default ~/.cache/rag/eval: where scripts/eval.sh saves
-       PART-MODEL.json for PART dev and heldout; `ANSWERS=1 MODEL=small scripts/eval.sh` and
+Usage: route_table.py [EVAL_DIR ...]   (default ~/.cache/rag/eval: where scripts/eval/eval.sh saves
+       PART-MODEL.json for PART dev and heldout; `ANSWERS=1 MODEL=small scripts/eval/eval.sh` and
        MODEL=large, optionally MODEL=medium, make them). Several folders (the SQLite project
        and $EVAL_DIR/python, $EVAL_DIR/bash) are pooled case by case; a part with no small
        and large runs in any folder is left out.

@@ -6,7 +6,7 @@
 #              chunks/s, embedding tok/s next to raw ONNX Runtime on the same model and
 #              threads, an unchanged re-ingest, peak memory on the corpus and on 4 copies.
 #   llm      : rag's prefill/decode tok/s next to llama.cpp's own llama-bench (built on the
-#              llama.cpp tree rag links by scripts/llama-tools.sh), same GGUF,
+#              llama.cpp tree rag links by scripts/bench/llama-tools.sh), same GGUF,
 #              threads and lengths; time to first token of a repeated ask with and without
 #              the prompt cache.
 #
@@ -14,30 +14,30 @@
 #              markers and without, per generator.
 #
 #   remote   : (only when asked, BENCH=remote) the same GGUF in process and through
-#              llama-server: scripts/bench_remote.sh.
+#              llama-server: scripts/bench/bench_remote.sh.
 #   s3       : (only when asked, BENCH=s3) an index in a folder and in a bucket of moto's S3
-#              server: scripts/bench_s3.sh.
+#              server: scripts/bench/bench_s3.sh.
 #   ann      : (only when asked, BENCH=ann) the ANN index against exact search on 100k and
-#              1M synthetic vectors: scripts/bench_ann.sh.
+#              1M synthetic vectors: scripts/bench/bench_ann.sh.
 #   speculate: (only when asked, BENCH=speculate) speculative decoding off / lookup / draft on
-#              the large generator over dev questions: scripts/bench_speculate.sh.
+#              the large generator over dev questions: scripts/bench/bench_speculate.sh.
 #   format   : (only when asked, BENCH=format) the 1.5B in Q4_K_M and requantized formats,
-#              rag against llama-bench on each file: scripts/bench_format.sh.
+#              rag against llama-bench on each file: scripts/bench/bench_format.sh.
 #
 # BENCH=ingest, BENCH=llm, BENCH=search, BENCH=serve or BENCH=cite runs one part. Nothing here is committed or needed by tests.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 bench=${BENCH_DIR:-$HOME/.cache/rag/bench}
 threads=${THREADS:-$(nproc)}
 what=${BENCH:-all}
-[ "$what" = remote ] && exec "$root/scripts/bench_remote.sh"
-[ "$what" = s3 ] && exec "$root/scripts/bench_s3.sh"
-[ "$what" = ann ] && exec "$root/scripts/bench_ann.sh"
-[ "$what" = speculate ] && exec "$root/scripts/bench_speculate.sh"
-[ "$what" = format ] && exec "$root/scripts/bench_format.sh"
+[ "$what" = remote ] && exec "$root/scripts/bench/bench_remote.sh"
+[ "$what" = s3 ] && exec "$root/scripts/bench/bench_s3.sh"
+[ "$what" = ann ] && exec "$root/scripts/bench/bench_ann.sh"
+[ "$what" = speculate ] && exec "$root/scripts/bench/bench_speculate.sh"
+[ "$what" = format ] && exec "$root/scripts/bench/bench_format.sh"
 mkdir -p "$bench"
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }
@@ -113,12 +113,13 @@ if [ "$what" = all ] || [ "$what" = ingest ]; then
   peak4=$(cat "$bench/peak4")
 
   say "raw ONNX Runtime on the same model, threads and texts"
-  "$venv/bin/python" - "$root/models" "$corpus" "$threads" >"$bench/ort.json" <<'PY'
+  "$venv/bin/python" - "$("$root/scripts/bench/model-path.sh" embedder)" "$("$root/scripts/bench/model-path.sh" tokenizer)" "$corpus" "$threads" >"$bench/ort.json" <<'PY'
 import json, sys, time, pathlib
 import numpy as np, onnxruntime as ort
 from tokenizers import Tokenizer
-models, corpus, threads = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
-tok = Tokenizer.from_file(str(models / "minilm/tokenizer.json"))
+model, tokenizer = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+corpus, threads = pathlib.Path(sys.argv[3]), int(sys.argv[4])
+tok = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
 tok.enable_truncation(256)
 tok.enable_padding(pad_id=0, pad_token="[PAD]")
 # Pieces of the size rag's chunks have (100 words, about 150 word pieces: throughput per
@@ -132,7 +133,7 @@ so = ort.SessionOptions()
 so.intra_op_num_threads = threads
 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-sess = ort.InferenceSession(str(models / "all-MiniLM-L6-v2-int8.onnx"), so, providers=["CPUExecutionProvider"])
+sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
 names = {i.name for i in sess.get_inputs()}
 tokens, t0 = 0, time.perf_counter()
 for i in range(0, len(texts), 32):
@@ -162,9 +163,9 @@ print(r['chunks_written'], r['elapsed_ms'], r['embed_tokens'], r['embed_ms'])")
 fi
 
 if [ "$what" = all ] || [ "$what" = llm ]; then
-  model=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  model=$("$root/scripts/bench/model-path.sh" small)
   # llama-bench on the llama.cpp tree rag links, compiled with rag's ggml flags.
-  lb=$("$root/scripts/llama-tools.sh")/llama-bench
+  lb=$("$root/scripts/bench/llama-tools.sh")/llama-bench
   say "llama-bench: -p 512 -n 128 -t $threads"
   "$lb" -m "$model" -p 512 -n 128 -t "$threads" -r 3 -o json >"$bench/llama-bench.json"
   say "rag bench-llm: -p 512 -n 128 --threads $threads"
@@ -242,7 +243,7 @@ if [ "$what" = all ] || [ "$what" = serve ]; then
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
   (cd "$proj" && "$rag" -q ingest corpus >/dev/null)
   say "serve: warm search, batch against sequential, 8 concurrent clients (about 10 minutes)"
-  while IFS= read -r row; do rows+=("$row"); done < <(python3 "$root/scripts/bench_serve.py" "$rag" "$proj" "$root/eval/corpus.yaml" "$bench/serve.json")
+  while IFS= read -r row; do rows+=("$row"); done < <(python3 "$root/scripts/bench/bench_serve.py" "$rag" "$proj" "$root/eval/corpus.yaml" "$bench/serve.json")
 fi
 
 if [ "$what" = all ] || [ "$what" = cite ]; then
@@ -252,7 +253,7 @@ if [ "$what" = all ] || [ "$what" = cite ]; then
   sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$proj/rag.toml"
   (cd "$proj" && "$rag" -q ingest corpus >/dev/null)
   models=(small)
-  [ -f "$root/models/Qwen2.5-Coder-0.5B-Instruct.gguf" ] && models+=(large)
+  [ -f "$("$root/scripts/bench/model-path.sh" medium)" ] && models+=(large)
   for m in "${models[@]}"; do
     for add in true false; do
       say "citations: --model $m, llm.add_citations = $add"

@@ -7,15 +7,14 @@
 # the original weights, so its quality is measured, not assumed), prints one Markdown row per
 # file and batch size: llama-bench prefill (pp$P) and decode (tg$G) next to `rag bench-llm`
 # with the same token counts, threads and batch size ($REPS repetitions each). llama-bench
-# and llama-quantize come from scripts/llama-tools.sh, built on the llama.cpp tree rag links
+# and llama-quantize come from scripts/bench/llama-tools.sh, built on the llama.cpp tree rag links
 # (FLAVOUR=native: ggml built for this CPU instead).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 out=${BENCH_DIR:-$HOME/.cache/rag/bench}/format
-model=${MODEL:-$root/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf}
 types=${TYPES:-Q4_0 IQ4_NL}
 threads=${THREADS:-$(lscpu -p=core | grep -v '^#' | sort -u | wc -l)}
 p=${P:-800}
@@ -23,9 +22,10 @@ g=${G:-32}
 reps=${REPS:-2}
 batches=${BATCHES:-128 512}
 [ -x "$rag" ] || { echo "bench: build first (make build)" >&2; exit 1; }
-[ -f "$model" ] || { echo "bench: $model is missing: run scripts/setup.sh --large" >&2; exit 1; }
+model=${MODEL:-$("$root/scripts/bench/model-path.sh" large)}
+[ -f "$model" ] || { echo "bench: $model is missing: run make models" >&2; exit 1; }
 say() { printf 'bench: %s\n' "$*" >&2; }
-tools=$("$root/scripts/llama-tools.sh" "${FLAVOUR:-rag}")
+tools=$("$root/scripts/bench/llama-tools.sh" "${FLAVOUR:-rag}")
 mkdir -p "$out"
 
 files=("$model")

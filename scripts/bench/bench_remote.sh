@@ -3,12 +3,12 @@
 # llama-cpp-2) and through llama.cpp's own llama-server (`llm.backend = "openai"`), measured
 # side by side in one run: the 16 questions of eval/corpus.yaml, answered and scored by
 # `rag eval --answers` (one process per backend), then the table of keywords, prompt tokens,
-# time to first token and decode speed. llama-server is built by scripts/llama-server.sh.
+# time to first token and decode speed. llama-server is built by scripts/test/llama-server.sh.
 #
 #   MODEL=small|large   which generator (default small)
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 rag=$target/release/rag
 bench=${BENCH_DIR:-$HOME/.cache/rag/bench}/remote
@@ -18,10 +18,10 @@ threads=${THREADS:-$(nproc)}
 say() { printf 'bench: %s\n' "$*" >&2; }
 mkdir -p "$bench"
 
-server=$("$root/scripts/llama-server.sh")
+server=$("$root/scripts/test/llama-server.sh")
 case $model in
-  small) gguf=$root/models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
-  large) gguf=$root/models/Qwen2.5-Coder-0.5B-Instruct.gguf ;;
+  small) gguf=$("$root/scripts/bench/model-path.sh" small) ;;
+  large) gguf=$("$root/scripts/bench/model-path.sh" medium) ;;
   *) echo "bench: MODEL is small or large" >&2; exit 2 ;;
 esac
 
