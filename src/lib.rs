@@ -224,4 +224,99 @@ mod layout {
             "docs/architecture.md does not name {missing:?}"
         );
     }
+
+    /// Every source file under src/, with its text.
+    fn sources() -> Vec<(std::path::PathBuf, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut out = Vec::new();
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    out.push((path, text));
+                }
+            }
+        }
+        out
+    }
+
+    /// The form a newcomer can read: each module opens with a `//!` line saying what it
+    /// owns, no file outside the tests is over 600 lines, and no function outside the tests
+    /// over 60 (counted from its `fn` line to the `}` at the same indent, as rustfmt lays
+    /// it out).
+    #[test]
+    fn modules_say_what_they_own_and_stay_small() {
+        let mut problems = Vec::new();
+        for (path, text) in sources() {
+            let name = path.display().to_string();
+            if !text.starts_with("//!") {
+                problems.push(format!("{name}: no //! line first"));
+            }
+            let is_tests = path
+                .file_name()
+                .is_some_and(|n| n == "tests.rs" || n == "fuzz.rs");
+            if is_tests {
+                continue;
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            let end = lines
+                .windows(2)
+                .position(|w| w[0] == "#[cfg(test)]" && w[1].starts_with("mod "))
+                .unwrap_or(lines.len());
+            if end > 600 {
+                problems.push(format!("{name}: {end} lines"));
+            }
+            problems.extend(
+                long_functions(&lines[..end])
+                    .into_iter()
+                    .map(|f| format!("{name}: {f}")),
+            );
+        }
+        assert!(problems.is_empty(), "{problems:#?}");
+    }
+
+    /// `fn NAME (N lines)` for each function of `lines` over 60 lines.
+    fn long_functions(lines: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            let indent = &line[..line.len() - code.len()];
+            let Some(at) = code.find("fn ") else { continue };
+            let head = &code[..at];
+            let is_fn = head.split_whitespace().all(|w| {
+                w == "pub" || w.starts_with("pub(") || ["const", "async", "unsafe"].contains(&w)
+            });
+            if !is_fn || code.ends_with(';') || code.ends_with('}') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let len = lines[i..]
+                .iter()
+                .position(|l| *l == close)
+                .map_or(0, |n| n + 1);
+            if len > 60 {
+                let name: String = code[at + 3..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push(format!("fn {name} ({len} lines)"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_long_function_is_seen() {
+        let mut lines = vec!["    pub(crate) fn big(x: u8) -> u8 {"];
+        lines.extend(std::iter::repeat_n("        x;", 60));
+        lines.push("    }");
+        assert_eq!(long_functions(&lines), ["fn big (62 lines)"]);
+        lines.truncate(59);
+        lines.push("    }");
+        assert!(long_functions(&lines).is_empty());
+    }
 }

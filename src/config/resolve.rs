@@ -3,16 +3,16 @@
 //! nearest valid name.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
 use toml::{Table, Value};
 
 use super::file::config_file;
 use super::flags::Flags;
 use super::models::{found_ort, prefer_user_models, user_models_dir};
 use super::settings::Settings;
+use super::values::Source;
 use crate::exit::ExitError;
 
 /// Keys whose values are paths, resolved against the layer they came from.
@@ -55,27 +55,6 @@ pub(super) const OTHER_VARS: &[&str] = &[
 /// `RAG_LOG`: the log filter, when set (see `ui::init_logs`).
 pub fn log_filter() -> Option<String> {
     std::env::var("RAG_LOG").ok().filter(|f| !f.is_empty())
-}
-
-/// Where a setting's value came from, for `rag config`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase", tag = "from", content = "name")]
-pub enum Source {
-    Default,
-    File(PathBuf),
-    Env(String),
-    Flag,
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Default => f.write_str("default"),
-            Source::File(p) => write!(f, "{}", p.display()),
-            Source::Env(var) => write!(f, "{var}"),
-            Source::Flag => f.write_str("command line"),
-        }
-    }
 }
 
 /// Resolve settings. `config` is `--config`; without it `RAG_CONFIG`, then the nearest

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::models::home_dir;
-use super::resolve::Source;
+use super::values::Source;
 use super::values::{
     AnnType, Backend, Mode, Order, Pooling, Route, Speculative, StorageOptions, Tier,
 };

@@ -3,6 +3,7 @@
 //! from here, so reading a setting never ties a module to a stage.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -156,5 +157,26 @@ impl Serialize for StorageOptions {
             map.serialize_entry(k, shown)?;
         }
         map.end()
+    }
+}
+
+/// Where a setting's value came from, for `rag config`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "from", content = "name")]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Env(var) => write!(f, "{var}"),
+            Source::Flag => f.write_str("command line"),
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! [`cases`] reads the file, [`metrics`] scores one case, [`report`] summarises, gates and
 //! formats; this module runs the cases and hands the result to the printer.
 
+mod answers;
 pub mod cases;
 pub mod labels;
 pub mod metrics;
@@ -18,13 +19,12 @@ use serde::Serialize;
 
 use crate::config::Mode;
 use crate::config::Settings;
-use crate::engine::Answer;
 use crate::engine::Answerer;
 use crate::exit::{Exit, ExitError};
-use crate::llm::StopReason;
 use crate::retrieve::Query;
 use crate::retrieve::Ranked;
 use crate::ui::Ui;
+use answers::{answer_case, summarise_answers, CaseAnswer};
 use cases::Compiled;
 use report::{AnswerSummary, Failure, JunitCase, ModeSummary};
 
@@ -63,51 +63,6 @@ struct CaseMode {
     prompt_tokens: usize,
     #[serde(skip)]
     ranking: metrics::Ranking,
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct CaseAnswer {
-    text: String,
-    keywords: Option<bool>,
-    abstained: bool,
-    refusal: bool,
-    citations_supported: usize,
-    citations_correct: usize,
-    uncited: usize,
-    prompt_tokens: usize,
-    ttft_ms: f64,
-    decode_tok_per_s: f64,
-    total_ms: f64,
-    drafted: usize,
-    accepted: usize,
-    model: Option<String>,
-    /// The best retrieved span's cosine similarity: the signal `--model auto` routes on, kept
-    /// per case so a routing rule can be replayed from saved runs (scripts/analysis/route_table.py).
-    best_similarity: Option<f32>,
-    /// The generator's mean probability of its first tokens (`timings.confidence`).
-    confidence: Option<f32>,
-    /// Why generation stopped, and what it wrote that the answer leaves out (`ask --json`'s
-    /// `stop` and `dropped_text`).
-    stop: Option<crate::llm::StopReason>,
-    dropped_text: String,
-    /// Repeated sentences dropped while the answer went on.
-    #[serde(default)]
-    repeats_dropped: usize,
-    /// Each citation as checked: the sentence, the cited text and the verdict (what
-    /// eval/citations.jsonl labels by hand).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    claims: Vec<Claim>,
-}
-
-/// One cited sentence of an answer and what the citation check said of it.
-#[derive(Debug, Clone, Serialize)]
-struct Claim {
-    /// `S2`
-    id: String,
-    claim: String,
-    cited_text: String,
-    supported: bool,
-    overlap: f32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -389,81 +344,6 @@ fn matched(c: &Compiled, r: &Ranked) -> Option<usize> {
         .position(|e| e.matches(&r.hit.path, r.hit.line_start, r.hit.line_end))
 }
 
-fn answer_case(
-    engine: &Answerer,
-    c: &Compiled,
-    mode: Mode,
-    o: &EvalOptions,
-    ui: &Ui,
-) -> Result<CaseAnswer> {
-    let q = Query {
-        text: query_text(c),
-        mode: Some(mode),
-        top_k: o.query.top_k,
-        filter: o.query.filter.clone(),
-        verbose: false,
-    };
-    let mut aside = |e: crate::engine::Event| -> std::io::Result<()> {
-        crate::printer::aside(&e, ui);
-        Ok(())
-    };
-    let a: Answer = engine.answer_with_question(&q, &c.case.question, false, &mut aside)?;
-    let supported: Vec<&crate::engine::SourceOut> = a
-        .citations
-        .iter()
-        .filter(|x| x.supported)
-        .filter_map(|x| a.sources.iter().find(|s| s.id == x.id))
-        .collect();
-    let correct = supported
-        .iter()
-        .filter(|s| {
-            c.expect
-                .iter()
-                .any(|e| e.matches(&s.path, s.line_start, s.line_end))
-        })
-        .count();
-    Ok(CaseAnswer {
-        keywords: if a.abstained {
-            (!c.case.answer_contains.is_empty()).then_some(false)
-        } else {
-            metrics::contains_all(&a.answer, &c.case.answer_contains)
-        },
-        refusal: !a.abstained && metrics::is_refusal(&a.answer),
-        abstained: a.abstained,
-        citations_supported: supported.len(),
-        citations_correct: correct,
-        uncited: a.uncited_sentences.len(),
-        prompt_tokens: a.timings.prompt_tokens,
-        ttft_ms: a.timings.ttft_ms,
-        decode_tok_per_s: a.timings.decode_tok_per_s,
-        total_ms: a.timings.total_ms,
-        drafted: a.timings.drafted_tokens,
-        accepted: a.timings.accepted_tokens,
-        model: a.model.as_ref().map(|m| {
-            std::path::Path::new(&m.path)
-                .file_name()
-                .map_or(m.path.clone(), |n| n.to_string_lossy().into_owned())
-        }),
-        best_similarity: a.best_similarity,
-        confidence: a.timings.confidence,
-        stop: a.stop,
-        dropped_text: a.dropped_text,
-        repeats_dropped: a.repeats_dropped,
-        claims: a
-            .citations
-            .iter()
-            .map(|c| Claim {
-                id: c.id.clone(),
-                claim: c.claim.clone(),
-                cited_text: c.cited_text.clone(),
-                supported: c.supported,
-                overlap: c.overlap,
-            })
-            .collect(),
-        text: a.answer,
-    })
-}
-
 fn summarise_mode(results: &[CaseResult], mode: &str) -> ModeSummary {
     let per: Vec<&CaseMode> = results
         .iter()
@@ -484,71 +364,6 @@ fn summarise_mode(results: &[CaseResult], mode: &str) -> ModeSummary {
                 .map(|m| m.context_has_answer.map(|b| f64::from(u8::from(b)))),
         ),
         prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
-    }
-}
-
-/// `mode`: the retrieval mode the answers were generated from.
-fn summarise_answers(results: &[CaseResult], mode: &str) -> AnswerSummary {
-    let answers: Vec<&CaseAnswer> = results.iter().filter_map(|r| r.answer.as_ref()).collect();
-    // The reader on its own: answers whose packed context held every string.
-    let reader = metrics::mean(results.iter().filter_map(|r| {
-        let had = r.retrieval.get(mode)?.context_has_answer?;
-        let a = r.answer.as_ref()?;
-        had.then(|| a.keywords.map(|b| f64::from(u8::from(b))))
-    }));
-    let answered: Vec<&&CaseAnswer> = answers.iter().filter(|a| !a.abstained).collect();
-    let flag = |b: bool| Some(f64::from(u8::from(b)));
-    let supported: usize = answers.iter().map(|a| a.citations_supported).sum();
-    let correct: usize = answers.iter().map(|a| a.citations_correct).sum();
-    let series =
-        |f: &dyn Fn(&CaseAnswer) -> f64| -> Vec<f64> { answered.iter().map(|a| f(a)).collect() };
-    let tokens = series(&|a| a.prompt_tokens as f64);
-    let ttft = series(&|a| a.ttft_ms);
-    let decode = series(&|a| a.decode_tok_per_s);
-    let whole = series(&|a| a.total_ms);
-    let drafted: usize = answered.iter().map(|a| a.drafted).sum();
-    let accepted: usize = answered.iter().map(|a| a.accepted).sum();
-    let mut models: Vec<String> = answers.iter().filter_map(|a| a.model.clone()).collect();
-    models.sort();
-    models.dedup();
-    AnswerSummary {
-        model: if models.is_empty() {
-            "none".into()
-        } else {
-            models.join(" + ")
-        },
-        keywords: metrics::mean(
-            answers
-                .iter()
-                .map(|a| a.keywords.map(|b| f64::from(u8::from(b)))),
-        ),
-        reader,
-        citations: (supported > 0).then(|| correct as f64 / supported as f64),
-        abstained: metrics::mean(answers.iter().map(|a| flag(a.abstained))).unwrap_or(0.0),
-        false_refusals: metrics::mean(answered.iter().map(|a| flag(a.refusal))),
-        uncited_per_answer: metrics::mean(answered.iter().map(|a| Some(a.uncited as f64))),
-        repetition_stops: metrics::mean(
-            answered
-                .iter()
-                .map(|a| flag(a.stop == Some(StopReason::Repetition))),
-        ),
-        repeats_dropped: metrics::mean(answered.iter().map(|a| flag(a.repeats_dropped > 0))),
-        limit_stops: metrics::mean(answered.iter().map(|a| {
-            flag(matches!(
-                a.stop,
-                Some(StopReason::MaxTokens | StopReason::ContextFull)
-            ))
-        })),
-        prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
-        prompt_tokens_p95: metrics::percentile(&tokens, 95.0),
-        ttft_ms_p50: metrics::percentile(&ttft, 50.0),
-        ttft_ms_p95: metrics::percentile(&ttft, 95.0),
-        decode_tok_per_s_p50: metrics::percentile(&decode, 50.0),
-        decode_tok_per_s_p95: metrics::percentile(&decode, 95.0),
-        answer_ms_p50: metrics::percentile(&whole, 50.0),
-        answer_ms_p95: metrics::percentile(&whole, 95.0),
-        answer_ms_mean: metrics::mean(whole.iter().map(|&x| Some(x))),
-        draft_acceptance: (drafted > 0).then(|| accepted as f64 / drafted as f64),
     }
 }
 

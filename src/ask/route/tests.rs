@@ -1,3 +1,5 @@
+//! Tests of the route.
+
 use super::*;
 
 fn budget(budget_s: f64, similarity: f32) -> Budget {

@@ -1,3 +1,5 @@
+//! Tests of the speed records.
+
 use super::*;
 
 /// A sample on a quiet machine (5% of the CPU taken by others) or a busy one (60%).

@@ -1,0 +1,95 @@
+//! What `rag models fetch`, `remove` and `list` print: a line or a table for people, one JSON
+//! object for scripts.
+
+use std::path::Path;
+
+use super::Output;
+use crate::fetch::inventory::Listed;
+use crate::fetch::Got;
+
+/// `rag models fetch`: the folder and how each file got there.
+pub fn models_fetched(dir: &Path, got: &[(String, Got)], json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        let files: Vec<_> = got
+            .iter()
+            .map(|(name, how)| serde_json::json!({"name": name, "got": how}))
+            .collect();
+        o.json(&serde_json::json!({"dir": dir, "files": files}));
+    } else {
+        o.out(&format!(
+            "ready: {} model files in {}",
+            got.len(),
+            dir.display()
+        ));
+    }
+    o
+}
+
+/// `rag models remove`: the files removed, with their sizes, and what the folder still holds.
+pub fn models_removed(dir: &Path, gone: &[(String, u64)], json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        let files: Vec<_> = gone
+            .iter()
+            .map(|(name, bytes)| serde_json::json!({"name": name, "bytes": bytes}))
+            .collect();
+        o.json(&serde_json::json!({"dir": dir, "removed": files}));
+        return o;
+    }
+    let mb = gone.iter().map(|(_, n)| n).sum::<u64>() >> 20;
+    let left = if dir.exists() {
+        format!("; {} still holds files rag did not fetch", dir.display())
+    } else {
+        String::new()
+    };
+    o.out(&format!(
+        "removed {} model files ({mb} MB) from {}{left}",
+        gone.len(),
+        dir.display()
+    ));
+    o
+}
+
+/// `rag models list`: the catalog's models, the file each setting resolves to, and which
+/// folders hold them.
+pub fn models_list(listed: &[Listed], folders: &[std::path::PathBuf], json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        o.json(&serde_json::json!({"folders": folders, "models": listed}));
+        return o;
+    }
+    for m in listed {
+        let size = if m.bytes >= 1 << 20 {
+            format!("{} MB", m.bytes >> 20)
+        } else {
+            format!("{} KB", m.bytes >> 10)
+        };
+        o.out(&format!("{:<10} {size:>8}  {}", m.id, m.what));
+        for s in &m.settings {
+            let at = match (&s.path, s.exists) {
+                (Some(p), true) => p.display().to_string(),
+                (Some(p), false) => format!("{} (missing: {})", p.display(), m.fetch),
+                (None, _) => "(the settings could not be read: see `rag config`)".into(),
+            };
+            o.out(&format!("{:<20} {:<19} = {at}", "", s.key));
+        }
+        if !m.installed_in.is_empty() {
+            let dirs: Vec<String> = m
+                .installed_in
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            o.out(&format!(
+                "{:<20} {:<19} : {}",
+                "",
+                "installed in",
+                dirs.join(", ")
+            ));
+        }
+    }
+    let dirs: Vec<String> = folders.iter().map(|d| d.display().to_string()).collect();
+    o.info
+        .push(format!("model folders looked in: {}", dirs.join(", ")));
+    o
+}
