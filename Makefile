@@ -58,7 +58,7 @@ lint:
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
 
 # The fault and safety tests at scale (200 edit-and-ingest rounds instead of 25), the
-# property tests (proptest, src/fuzz.rs) with 120,000 cases each instead of 150, and a
+# property tests (proptest, src/ingest/fuzz.rs and src/ask/fuzz.rs) with 120,000 cases each instead of 150, and a
 # 2-minute soak of `rag serve` against hostile clients (scripts/test/serve_soak.py): over 12 minutes.
 stress: models
 	RAG_FUZZ_CASES=120000 $(CARGO) test --release --locked --lib fuzz

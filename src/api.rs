@@ -1,8 +1,11 @@
 //! The request shape shared by the front ends that take JSON objects (`rag mcp` tools,
 //! `rag serve` endpoints): the text under one key plus `top_k`, `mode` and `path`, checked
-//! with messages a client (or the model driving it) can act on.
+//! with messages a client (or the model driving it) can act on; and the lines of
+//! `rag ask --batch` ([`batch`]).
 
 use serde_json::Value;
+
+pub mod batch;
 
 use crate::config::Mode;
 use crate::retrieve;
@@ -41,10 +44,8 @@ pub fn query(base: &Query, args: &Value, key: &str, extra: &[&str]) -> Result<Qu
             .ok_or("top_k must be an integer from 1 to 100")? as usize;
     }
     if let Some(m) = given("mode") {
-        q.mode = Some(
-            serde_json::from_value::<Mode>(m.clone())
-                .map_err(|_| "mode must be hybrid, vector or text")?,
-        );
+        q.mode = serde_json::from_value::<Mode>(m.clone())
+            .map_err(|_| "mode must be hybrid, vector or text")?;
     }
     if let Some(p) = given("path") {
         let glob = p.as_str().ok_or("path must be a glob string")?;
@@ -71,10 +72,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert_eq!(
-            (q.text.as_str(), q.top_k, q.mode),
-            ("x", 3, Some(Mode::Text))
-        );
+        assert_eq!((q.text.as_str(), q.top_k, q.mode), ("x", 3, Mode::Text));
         let e = query(
             &base,
             &json!({"query": "x", "topk": 3}),
@@ -102,6 +100,6 @@ mod tests {
         );
         let unset = json!({"query": "x", "top_k": null, "mode": null, "path": null});
         let q = query(&base, &unset, "query", &[]).unwrap();
-        assert_eq!((q.top_k, q.mode), (5, None), "null is not given");
+        assert_eq!((q.top_k, q.mode), (5, base.mode), "null is not given");
     }
 }

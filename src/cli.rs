@@ -79,15 +79,9 @@ pub enum Command {
         after_help = "Examples:\n  rag serve\n  rag serve --addr 127.0.0.1:0          # any free port; the address is printed on stderr\n  RAG_SERVE_TOKEN=s3cret rag serve --addr 0.0.0.0:8089\n  rag serve --addr 0.0.0.0:8089 --token-file ~/.config/rag/token\n  curl -s localhost:8089/v1/search --json '{\"query\": \"foreign keys\"}'\n  curl -sN localhost:8089/v1/ask --json '{\"question\": \"How do I turn on foreign keys?\", \"stream\": true}'\n\nOpen http://127.0.0.1:8089/ in a browser for a page that asks, streams and cites.\nEndpoints: GET / (that page), POST /v1/search, POST /v1/ask, POST /v1/chat/completions, GET /healthz, GET /metrics. SIGTERM or Ctrl-C finishes the requests in flight, refuses new ones and exits 0."
     )]
     Serve(ServeArgs),
-    /// rag's prefill and decode speed on synthetic tokens (for `make bench`)
+    /// Benchmarks for `make bench`: llm, store, ann
     #[command(hide = true)]
-    BenchLlm(BenchLlmArgs),
-    /// Fill the index with N synthetic chunks (for `make bench`)
-    #[command(hide = true)]
-    BenchStore(BenchStoreArgs),
-    /// ANN against exact vector search on N synthetic clustered vectors (for `make bench-ann`)
-    #[command(hide = true)]
-    BenchAnn(BenchAnnArgs),
+    Bench(BenchArgs),
     /// Measure retrieval (and with --answers, answer) quality on a YAML set of questions
     #[command(
         after_help = "Examples:\n  rag eval eval/fixtures.yaml\n  rag eval --answers --model large eval/dev.yaml\n  rag eval --json eval/dev.yaml > base.json\n  rag eval --baseline base.json --max-regression 0.02 --min hit@5=0.8,context_recall=0.7 --junit eval.xml eval/dev.yaml\n\nExit codes: 0 every gate held, 8 a --min floor or --max-regression gate failed, 2 a bad eval file."
@@ -475,6 +469,22 @@ impl GenArgs {
         llm.temperature = self.temperature;
         llm.top_p = self.top_p;
     }
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// rag's prefill and decode speed on synthetic tokens, shaped like llama-bench
+    Llm(BenchLlmArgs),
+    /// Fill the index with N synthetic chunks
+    Store(BenchStoreArgs),
+    /// ANN against exact vector search on N synthetic clustered vectors
+    Ann(BenchAnnArgs),
 }
 
 #[derive(Debug, Args)]

@@ -27,6 +27,7 @@ pub(crate) mod api;
 pub(crate) mod ask;
 pub(crate) mod atomic;
 pub(crate) mod catalog;
+pub(crate) mod checks;
 pub mod cli;
 pub(crate) mod commands;
 pub(crate) mod config;
@@ -43,13 +44,11 @@ pub(crate) mod owned;
 pub(crate) mod printer;
 pub(crate) mod promptcache;
 pub(crate) mod remote;
+pub(crate) mod reports;
 pub(crate) mod retrieve;
 pub(crate) mod serve;
 pub mod store;
 pub mod ui;
-
-#[cfg(test)]
-mod fuzz;
 
 use anyhow::Result;
 
@@ -101,10 +100,12 @@ fn flags(cli: &Cli) -> config::Flags {
             a.gen.apply(&mut f.llm);
             f.serve.addr = a.addr.clone();
         }
-        Command::BenchLlm(a) => a.gen.apply(&mut f.llm),
-        Command::BenchStore(_)
-        | Command::BenchAnn(_)
-        | Command::Doctor(_)
+        Command::Bench(b) => {
+            if let cli::BenchWhat::Llm(a) = &b.what {
+                a.gen.apply(&mut f.llm);
+            }
+        }
+        Command::Doctor(_)
         | Command::Init(_)
         | Command::Config(_)
         | Command::Status(_)
@@ -185,9 +186,7 @@ fn dispatch(
         Command::Mcp(a) => c::mcp::run(settings, a, verbose, ui),
         Command::Doctor(a) => c::doctor::run(settings, a.json, ui),
         Command::Status(a) => c::status::run(settings, a.json, ui),
-        Command::BenchLlm(a) => c::bench::llm(settings, a.n_prompt, a.n_gen, a.reps, ui),
-        Command::BenchStore(a) => c::bench::store(settings, a.chunks, ui),
-        Command::BenchAnn(a) => c::bench_ann::run(settings, a, ui),
+        Command::Bench(a) => c::bench::run(settings, a, ui),
         Command::Init(_)
         | Command::Config(_)
         | Command::Completions(_)

@@ -266,7 +266,7 @@ fn call(e: &Engine, name: &str, args: &Value) -> CallToolResult {
         })
     } else {
         e.answerer
-            .answer(&q, e.cache, &mut |ev| {
+            .answer(crate::engine::Request::new(&q, e.cache), &mut |ev| {
                 crate::printer::aside(&ev, &e.ui);
                 Ok(())
             })

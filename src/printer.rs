@@ -7,7 +7,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 mod models;
+mod reports;
 pub use models::{models_fetched, models_list, models_removed};
+pub use reports::{doctor, status};
 
 use crate::answer::{Answer, Event, SourceOut, Timings, ABSTAIN_TEXT};
 use crate::ask::cite;
@@ -79,6 +81,35 @@ impl Output {
         }
         t
     }
+}
+
+/// One line of `rag ask --batch`'s output: the answer as `ask --json` prints it, plus `id`.
+pub fn batch_answer(id: &serde_json::Value, answer: &Answer) -> Output {
+    let mut v = json_value(answer);
+    if let serde_json::Value::Object(map) = &mut v {
+        map.insert("id".into(), id.clone());
+    }
+    let mut o = Output::default();
+    o.json(&v);
+    o
+}
+
+/// One line of `rag ask --batch`'s output for a question that failed: `{"id", "question",
+/// "error", "exit"}`.
+pub fn batch_failure(
+    id: &serde_json::Value,
+    question: &str,
+    message: &str,
+    exit: crate::exit::Exit,
+) -> Output {
+    let mut o = Output::default();
+    o.json(&serde_json::json!({
+        "id": id,
+        "question": question,
+        "error": message,
+        "exit": exit as u8,
+    }));
+    o
 }
 
 /// How `ask`, `chat` and batch answers are shown.

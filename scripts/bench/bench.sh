@@ -168,8 +168,8 @@ if [ "$what" = all ] || [ "$what" = llm ]; then
   lb=$("$root/scripts/bench/llama-tools.sh")/llama-bench
   say "llama-bench: -p 512 -n 128 -t $threads"
   "$lb" -m "$model" -p 512 -n 128 -t "$threads" -r 3 -o json >"$bench/llama-bench.json"
-  say "rag bench-llm: -p 512 -n 128 --threads $threads"
-  "$rag" --config "$root/rag.toml" bench-llm -p 512 -n 128 -r 3 --threads "$threads" >"$bench/rag-llm.json"
+  say "rag bench llm: -p 512 -n 128 --threads $threads"
+  "$rag" --config "$root/rag.toml" bench llm -p 512 -n 128 -r 3 --threads "$threads" >"$bench/rag-llm.json"
   read -r lb_pp lb_tg < <(python3 -c "
 import json; r=json.load(open('$bench/llama-bench.json'))
 pp=[x['avg_ts'] for x in r if x['n_prompt']>0][0]; tg=[x['avg_ts'] for x in r if x['n_gen']>0][0]
@@ -228,7 +228,7 @@ PY
     rm -rf "$syn"; mkdir -p "$syn"
     sed "s#\"models/#\"$root/models/#" "$root/rag.toml" >"$syn/rag.toml"
     say "writing 100,000 synthetic chunks"
-    (cd "$syn" && "$rag" -q bench-store --chunks 100000 >"$bench/synthetic.json")
+    (cd "$syn" && "$rag" -q bench store --chunks 100000 >"$bench/synthetic.json")
   fi
   s_syn=$(median_ms "$syn" "$rag" -q search --json -k 5 "cache token prefill latency")
   s_syn_text=$(median_ms "$syn" "$rag" -q search --json -k 5 --mode text "cache token prefill latency")

@@ -19,7 +19,7 @@ mkdir -p "$bench"
 
 for n in ${SIZES:-100000 1000000}; do
   echo "bench: $n vectors" >&2
-  (cd "$bench" && "$rag" --index "$bench/ann-$n" bench-ann --chunks "$n" \
+  (cd "$bench" && "$rag" --index "$bench/ann-$n" bench ann --chunks "$n" \
     --kinds "${KINDS:-ivf-hnsw-sq,ivf-pq}" --nprobes "${NPROBES:-10,20,40}" --refine "${REFINE:-0,5}") \
     >"$bench/ann-$n.json"
 done

@@ -5,7 +5,7 @@
 # For the 1.5B's Q4_K_M file and copies requantized to $TYPES (default Q4_0 IQ4_NL, with
 # llama-quantize --allow-requantize: a requantized copy is a little worse than one made from
 # the original weights, so its quality is measured, not assumed), prints one Markdown row per
-# file and batch size: llama-bench prefill (pp$P) and decode (tg$G) next to `rag bench-llm`
+# file and batch size: llama-bench prefill (pp$P) and decode (tg$G) next to `rag bench llm`
 # with the same token counts, threads and batch size ($REPS repetitions each). llama-bench
 # and llama-quantize come from scripts/bench/llama-tools.sh, built on the llama.cpp tree rag links
 # (FLAVOUR=native: ggml built for this CPU instead).
@@ -47,10 +47,10 @@ for f in "${files[@]}"; do
   name=$(basename "$f" .gguf)
   size=$(du -h "$f" | cut -f1)
   for b in $batches; do
-    say "$name, n_batch $b: llama-bench -p $p -n $g, then rag bench-llm -p $p -n $g"
+    say "$name, n_batch $b: llama-bench -p $p -n $g, then rag bench llm -p $p -n $g"
     "$tools/llama-bench" -m "$f" -t "$threads" -b "$b" -ub "$b" -p "$p" -n "$g" -r "$reps" -o json \
       >"$out/$name-$b-llama-bench.json" 2>"$out/$name-$b-llama-bench.log"
-    RAG_LLM_N_BATCH=$b "$rag" --config "$root/rag.toml" bench-llm -p "$p" -n "$g" -r "$reps" \
+    RAG_LLM_N_BATCH=$b "$rag" --config "$root/rag.toml" bench llm -p "$p" -n "$g" -r "$reps" \
       --model "$f" --threads "$threads" >"$out/$name-$b-rag.json"
     python3 - "$out/$name-$b" "$name" "$size" "$b" <<'PY'
 import json, sys

@@ -10,7 +10,7 @@
 #   ANSWERS=1 make eval             also generate and score every answer (the default route,
 #                                   auto: the best generator that fits llm.answer_budget_s)
 #   ANSWERS=1 MODEL=large make eval the same with the large generator (MODEL=small: the 135M,
-#                                   MODEL=medium: the 0.5B, from scripts/setup.sh --large)
+#                                   MODEL=medium: the 0.5B, from make models FETCH_FLAGS=--large)
 #   SETS=python make eval           one set (sqlite, python, bash; default all three)
 #   PARTS=dev make eval             one part (dev, dev2, heldout, heldout2; default all a set
 #                                   has: dev2, a second tuning part, and heldout2, a second

@@ -7,6 +7,8 @@
 pub mod cite;
 pub mod compress;
 pub mod followup;
+#[cfg(test)]
+mod fuzz;
 pub mod prompt;
 pub mod route;
 pub mod stream;

@@ -17,6 +17,7 @@
 //! catches, and the stream would show every copy.
 
 use super::cite::{self, sentences};
+use crate::llm::StopReason;
 
 /// A repeat is declared once this many words of an earlier sentence came again (or all of
 /// it, when it is shorter but has at least [`MIN_REPEAT_WORDS`]).
@@ -470,6 +471,51 @@ impl AnswerStream {
     pub fn added_citations(&self) -> usize {
         self.cite.as_ref().map_or(0, |a| a.added())
     }
+
+    /// Ends an answer that was not interrupted and stopped for `stop`: a repeated tail
+    /// dropped from `raw` (the text shown so far), the stop reason made `Repetition` where
+    /// the loop guard cut the answer, the last whole sentences released (an unfinished one
+    /// dropped unless the generator ended the answer itself), and the citer's last words
+    /// added to `raw`. Returns the text still to be shown and the stop reason. One-shot and
+    /// batched answers end here alike.
+    pub fn end(&mut self, raw: &mut String, stop: StopReason) -> (String, StopReason) {
+        let cut = stop == StopReason::Repetition;
+        if cut {
+            *raw = drop_repeat(raw);
+        }
+        let stop = if self.looped() {
+            StopReason::Repetition
+        } else {
+            stop
+        };
+        let rest = self.finish(raw, cut, stop == StopReason::EndOfText);
+        raw.push_str(&rest);
+        if !self.dropped().is_empty() {
+            tracing::info!(
+                stop = ?stop,
+                dropped = self.dropped(),
+                "the answer ends at its last whole sentence"
+            );
+        }
+        (rest, stop)
+    }
+
+    /// How the stream ended, after [`AnswerStream::end`] or as it stood when interrupted.
+    pub fn ended(&self) -> Ended {
+        Ended {
+            added_citations: self.added_citations(),
+            dropped: self.dropped().to_string(),
+            repeats_dropped: self.skips(),
+        }
+    }
+}
+
+/// How an answer's stream ended: the markers the citer added, and the text generated but
+/// never shown (an unfinished last sentence at a limit, the start of a repeat).
+pub struct Ended {
+    pub added_citations: usize,
+    pub dropped: String,
+    pub repeats_dropped: usize,
 }
 
 /// `text` without its last copy of a stretch written twice at its end, with at most a few

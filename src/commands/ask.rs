@@ -5,8 +5,8 @@
 use anyhow::Result;
 
 use crate::cli::AskArgs;
-use crate::config::{Mode, Settings};
-use crate::engine::{Answerer, Event};
+use crate::config::Settings;
+use crate::engine::{Answerer, Event, Request};
 use crate::exit::Exit;
 use crate::printer::{self, Format, PrefillSpinner, Printer};
 use crate::retrieve::Query;
@@ -27,7 +27,7 @@ struct AskOptions {
 pub fn run(settings: &Settings, a: &AskArgs, verbose: bool, ui: &Ui) -> Result<Exit> {
     if let Some(file) = &a.batch {
         let q = super::query(settings, "", &a.retrieval, verbose);
-        let engine = Answerer::open(settings, q.mode.unwrap_or(Mode::Hybrid), false)?;
+        let engine = Answerer::open(settings, q.mode, false)?;
         return super::batch::run(&engine, file, &q, ui);
     }
     let o = AskOptions {
@@ -44,8 +44,7 @@ pub fn run(settings: &Settings, a: &AskArgs, verbose: bool, ui: &Ui) -> Result<E
 }
 
 fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui) -> Result<Exit> {
-    let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let engine = Answerer::open(settings, mode, o.dry_run)?;
+    let engine = Answerer::open(settings, q.mode, o.dry_run)?;
     if o.dry_run {
         return dry_run(&engine, q, ui);
     }
@@ -65,7 +64,7 @@ fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui) -> Result<Exit> 
         spinner.event(&e, ui);
         printer.event(&e).emit(ui).map_err(std::io::Error::other)
     };
-    let result = engine.answer(q, o.cache, &mut on)?;
+    let result = engine.answer(Request::new(q, o.cache), &mut on)?;
     printer
         .answer(&result, settings.retrieval.min_similarity)
         .emit(ui)?;
@@ -80,8 +79,7 @@ fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui) -> Result<Exit> 
 fn dry_run(engine: &Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
     let (ranked, _) = engine.retrieve(q)?;
     if q.verbose {
-        let mode = q.mode.unwrap_or(Mode::Hybrid);
-        printer::ranking(&ranked, mode, q.filter.as_deref()).emit(ui)?;
+        printer::ranking(&ranked, q.mode, q.filter.as_deref()).emit(ui)?;
     }
     let prep = engine.prepare(&q.text, &ranked)?;
     let p = Printer {

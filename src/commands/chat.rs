@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{anyhow, Result};
 
 use crate::cli::ChatArgs;
-use crate::config::{Mode, Settings};
+use crate::config::Settings;
 use crate::engine::{Answer, Answerer, Chat, Event, ABSTAIN_TEXT};
 use crate::exit::Exit;
 use crate::llm::StopReason;
@@ -50,7 +50,7 @@ fn next_question(
 
 pub fn run(settings: &Settings, a: &ChatArgs, verbose: bool, ui: &Ui) -> Result<Exit> {
     let base = super::query(settings, "", &a.retrieval, verbose);
-    let engine = Answerer::open(settings, base.mode.unwrap_or(Mode::Hybrid), false)?;
+    let engine = Answerer::open(settings, base.mode, false)?;
     let mut chat = Chat::open(&engine)?;
     let interactive = std::io::stdin().is_terminal();
     let mut lines = std::io::stdin().lock();

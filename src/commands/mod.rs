@@ -6,7 +6,6 @@
 pub mod ask;
 pub mod batch;
 pub mod bench;
-pub mod bench_ann;
 pub mod chat;
 pub mod completions;
 pub mod config;
@@ -32,7 +31,7 @@ use crate::retrieve::{self, Query};
 pub fn query(settings: &Settings, text: &str, r: &RetrievalArgs, verbose: bool) -> Query {
     Query {
         text: text.to_string(),
-        mode: Some(settings.retrieval.mode),
+        mode: settings.retrieval.mode,
         top_k: settings.retrieval.top_k,
         filter: retrieve::filter(r.path_glob.as_deref(), r.where_sql.as_deref()),
         verbose,
@@ -43,6 +42,5 @@ pub fn query(settings: &Settings, text: &str, r: &RetrievalArgs, verbose: bool) 
 /// requests start from.
 fn warm_engine(settings: &Settings, r: &RetrievalArgs, verbose: bool) -> Result<(Answerer, Query)> {
     let q = query(settings, "", r, verbose);
-    let mode = q.mode.unwrap_or(settings.retrieval.mode);
-    Ok((Answerer::open(settings, mode, false)?, q))
+    Ok((Answerer::open(settings, q.mode, false)?, q))
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 
 use crate::cli::SearchArgs;
-use crate::config::{Mode, Settings};
+use crate::config::Settings;
 use crate::exit::Exit;
 use crate::printer;
 use crate::retrieve::Retriever;
@@ -11,10 +11,9 @@ use crate::ui::Ui;
 
 pub fn run(settings: &Settings, a: &SearchArgs, verbose: bool, ui: &Ui) -> Result<Exit> {
     let q = super::query(settings, &a.query, &a.retrieval, verbose);
-    let mode = q.mode.unwrap_or(Mode::Hybrid);
-    let (ranked, ms) = Retriever::open(settings, mode)?.run(&q, mode)?;
+    let (ranked, ms) = Retriever::open(settings, q.mode)?.run(&q, q.mode)?;
     if q.verbose {
-        printer::ranking(&ranked, mode, q.filter.as_deref()).emit(ui)?;
+        printer::ranking(&ranked, q.mode, q.filter.as_deref()).emit(ui)?;
     }
     let hits = printer::SearchHit::all(&ranked);
     printer::hits(&q.text, &hits, ms, a.json).emit(ui)?;

@@ -8,9 +8,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// The retriever: `retrieval.mode`, `--mode`, `rag eval --modes`, a batch line's `mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// The default of `retrieval.mode`.
+    #[default]
     Hybrid,
     Vector,
     Text,

@@ -8,7 +8,7 @@ use anyhow::{anyhow, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::{settle, sources_out, Answer, Answerer, On, Prepared, SoFar, SourceOut};
+use super::{sources_out, Answer, Answerer, On, Prepared, SoFar, SourceOut};
 use crate::ask::stream::AnswerStream;
 use crate::llm::{Job, Llm};
 use crate::retrieve::Query;
@@ -136,13 +136,13 @@ impl Answerer {
             let (mut stream, mut raw) = states[k].take().expect("one state per question");
             answers[k] = Some(d.map(|d| {
                 let mut decode = d.decode;
-                settle(&mut stream, &mut raw, &mut decode);
+                decode.stop = stream.end(&mut raw, decode.stop).1;
                 self.checked(
                     &qs[r.i].text,
                     &r.prep,
                     r.sources.clone(),
                     &raw,
-                    (&d.prefill, &decode, super::generate::Ended::of(&stream)),
+                    (&d.prefill, &decode, stream.ended()),
                     r.so_far.clone(),
                 )
             }));

@@ -10,6 +10,7 @@ use anyhow::Result;
 use super::answer::{evidence, generation_timings, sources_out};
 use super::speeds::{Sample, Speeds};
 use super::{Answer, Answerer, Event, ModelOut, On, Prepared, SoFar, SourceOut};
+use crate::ask::stream::Ended;
 use crate::ask::{cite, stream};
 use crate::llm::{
     Decode, Generator, Prefill, Sampling, Session, StopReason, Token, LLAMA_CPP_BUILD,
@@ -262,7 +263,8 @@ impl Answerer {
             write_err = None;
             decode.stop = StopReason::Cancelled;
         } else {
-            let rest = settle(&mut answer, &mut raw, &mut decode);
+            let (rest, stop) = answer.end(&mut raw, decode.stop);
+            decode.stop = stop;
             if write_err.is_none() && !rest.is_empty() {
                 if let Err(e) = on(Event::Piece(&rest)) {
                     write_err = Some(e);
@@ -271,7 +273,7 @@ impl Answerer {
         }
         match write_err {
             Some(e) => Err(e.into()),
-            None => Ok((raw, decode, Ended::of(&answer))),
+            None => Ok((raw, decode, answer.ended())),
         }
     }
 }
@@ -297,53 +299,6 @@ fn restore(
     on(Event::Warning(&w))?;
     cache.discard(&entry.state);
     Ok(None)
-}
-
-/// How an answer's stream ended: the markers the citer added, and the text generated but
-/// never shown (an unfinished last sentence at a limit, the start of a repeat).
-pub(super) struct Ended {
-    pub added_citations: usize,
-    pub dropped: String,
-    pub repeats_dropped: usize,
-}
-
-impl Ended {
-    pub(super) fn of(answer: &stream::AnswerStream) -> Ended {
-        Ended {
-            added_citations: answer.added_citations(),
-            dropped: answer.dropped().to_string(),
-            repeats_dropped: answer.skips(),
-        }
-    }
-}
-
-/// Ends an answer that was not interrupted: a repeated tail dropped, the stop reason set
-/// when the loop guard cut it, the last whole sentences released (an unfinished one
-/// dropped unless the generator ended the answer itself), and the citer's last words added
-/// to `raw`; returns the text still to be shown.
-pub(super) fn settle(
-    answer: &mut stream::AnswerStream,
-    raw: &mut String,
-    decode: &mut Decode,
-) -> String {
-    let cut = decode.stop == StopReason::Repetition;
-    if cut {
-        *raw = stream::drop_repeat(raw);
-    }
-    if answer.looped() {
-        decode.stop = StopReason::Repetition;
-    }
-    let whole = decode.stop == StopReason::EndOfText;
-    let rest = answer.finish(raw, cut, whole);
-    raw.push_str(&rest);
-    if !answer.dropped().is_empty() {
-        tracing::info!(
-            stop = ?decode.stop,
-            dropped = answer.dropped(),
-            "the answer ends at its last whole sentence"
-        );
-    }
-    rest
 }
 
 /// Tells `on` what the budget dropped and what was packed; returns the packed sources.

@@ -31,7 +31,7 @@ use crate::llm::Generator;
 use crate::retrieve::{Query, Ranked, Retriever};
 pub use answer::sources_out;
 use answer::{abstained, best_similarity};
-use generate::{announce, settle};
+use generate::announce;
 
 /// Where the engine's events go: a front end's handler, whose error (a closed pipe; an
 /// `Interrupted` from Ctrl-C in chat) stops the answer.
@@ -48,7 +48,6 @@ struct Slot {
 /// engine across threads: each generator loads once into its slot on first use.
 pub struct Answerer {
     settings: Settings,
-    mode: Mode,
     retriever: Retriever,
     /// The small, medium and large generator (`llm.model`, `llm.medium_model`,
     /// `llm.large_model`, each local or remote per its backend), loaded on demand; two tiers
@@ -64,6 +63,39 @@ pub struct Answerer {
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
+}
+
+/// One question for [`Answerer::answer`].
+pub struct Request<'a> {
+    /// What retrieval reads.
+    pub query: &'a Query,
+    /// What the prompt asks: the query's text, or for a follow-up the question as asked
+    /// while retrieval reads it with the conversation's context.
+    pub question: &'a str,
+    pub how: Generation<'a>,
+    /// Called after retrieval and before generation (a server's queue for the generator),
+    /// so an abstention never waits; what it returns is held until the answer is done, and
+    /// its error ends the request before any event.
+    pub admit: Option<Admit<'a>>,
+}
+
+/// A request's admission: a guard held while the answer is generated.
+pub type Admit<'a> = Box<dyn FnOnce() -> Result<Box<dyn Held + 'a>> + 'a>;
+
+/// Anything held for its drop (a queue's permit).
+pub trait Held {}
+impl<T> Held for T {}
+
+impl<'a> Request<'a> {
+    /// `query` asked as written, alone, with the prompt cache when `cache`.
+    pub fn new(query: &'a Query, cache: bool) -> Request<'a> {
+        Request {
+            query,
+            question: &query.text,
+            how: Generation::Alone { cache },
+            admit: None,
+        }
+    }
 }
 
 /// How an answer on a local generator is generated.
@@ -103,7 +135,6 @@ impl Answerer {
     pub fn open(settings: &Settings, mode: Mode, vocab_only: bool) -> Result<Answerer> {
         Ok(Answerer {
             settings: settings.clone(),
-            mode,
             retriever: Retriever::open(settings, mode)?,
             models: Tier::ALL.map(|t| (slot(settings, t), OnceLock::new())),
             load_ms: Default::default(),
@@ -119,12 +150,7 @@ impl Answerer {
 
     /// Retrieval only: ranked spans and milliseconds.
     pub fn retrieve(&self, q: &Query) -> Result<(Vec<Ranked>, f64)> {
-        self.retriever.run(q, self.mode_of(q))
-    }
-
-    /// The retriever `q` asks for, else the engine's.
-    fn mode_of(&self, q: &Query) -> Mode {
-        q.mode.unwrap_or(self.mode)
+        self.retriever.run(q, q.mode)
     }
 
     /// The slot of generator `tier` (the first one's of those set to the same model),
@@ -293,41 +319,20 @@ impl Answerer {
         self.loaded(p.model).render(&p.packed.messages)
     }
 
-    /// Answers `q`: retrieve, abstain or route, pack, generate, check.
-    pub fn answer(&self, q: &Query, cache: bool, on: On<'_>) -> Result<Answer> {
-        let question = q.text.clone();
-        self.answer_with_question(q, &question, cache, on)
-    }
-
-    /// [`Answerer::answer`] where retrieval reads `q.text` and the prompt asks `question`
-    /// (a follow-up retrieves with its conversation's context but asks what was asked).
-    pub fn answer_with_question(
-        &self,
-        q: &Query,
-        question: &str,
-        cache: bool,
-        on: On<'_>,
-    ) -> Result<Answer> {
-        self.answer_admitted(q, question, Generation::Alone { cache }, || Ok(()), on)
-    }
-
-    /// [`Answerer::answer_with_question`] where generation waits for `admit` (a server's
-    /// queue for the generator) after retrieval, so an abstention never queues; whatever
-    /// `admit` returns is held until the answer is done, and its error ends the request
-    /// before any event.
-    pub fn answer_admitted<G>(
-        &self,
-        q: &Query,
-        question: &str,
-        how: Generation<'_>,
-        admit: impl FnOnce() -> Result<G>,
-        on: On<'_>,
-    ) -> Result<Answer> {
+    /// Answers a request: retrieve, abstain or route, (wait for admission,) pack, generate,
+    /// check. The one way to an answer for `ask`, `eval`, `mcp` and `serve`.
+    pub fn answer(&self, r: Request<'_>, on: On<'_>) -> Result<Answer> {
+        let Request {
+            query: q,
+            question,
+            how,
+            admit,
+        } = r;
         let r = match self.retrieve_checked(q, question, on)? {
             Ok(r) => r,
             Err(abstention) => return Ok(abstention),
         };
-        let _admitted = admit()?;
+        let _admitted = admit.map(|admit| admit()).transpose()?;
         let prep = self.prepare(question, &r.ranked)?;
         let sources = announce(&prep, r.so_far.timings.retrieval_ms, on)?;
         self.note_route(&prep.route, on)?;
@@ -352,7 +357,7 @@ impl Answerer {
         on: On<'_>,
     ) -> Result<Result<Retrieved, Answer>> {
         let started = Instant::now();
-        let mode = self.mode_of(q);
+        let mode = q.mode;
         let (ranked, retrieval_ms) = self.retrieve(q)?;
         if q.verbose {
             on(Event::Ranked {
@@ -376,7 +381,7 @@ impl Answerer {
     }
 }
 
-/// The generator every question of a chat, a server's preload and `bench-llm` take: the
+/// The generator every question of a chat, a server's preload and `bench llm` take: the
 /// one a fixed route names, or the best one `auto` finds within the budget.
 pub(crate) fn fixed_route(settings: &Settings) -> route::Route {
     let (speed, s) = (speeds(settings), &settings.llm);

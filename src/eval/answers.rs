@@ -9,7 +9,7 @@ use super::cases::Compiled;
 use super::report::AnswerSummary;
 use super::{metrics, query_text, CaseResult, EvalOptions};
 use crate::config::Mode;
-use crate::engine::{Answer, Answerer};
+use crate::engine::{Answer, Answerer, Request};
 use crate::llm::StopReason;
 use crate::retrieve::Query;
 use crate::ui::Ui;
@@ -69,7 +69,7 @@ pub(super) fn answer_case(
 ) -> Result<CaseAnswer> {
     let q = Query {
         text: query_text(c),
-        mode: Some(mode),
+        mode,
         top_k: o.query.top_k,
         filter: o.query.filter.clone(),
         verbose: false,
@@ -78,7 +78,11 @@ pub(super) fn answer_case(
         crate::printer::aside(&e, ui);
         Ok(())
     };
-    let a: Answer = engine.answer_with_question(&q, &c.case.question, false, &mut aside)?;
+    let request = Request {
+        question: &c.case.question,
+        ..Request::new(&q, false)
+    };
+    let a: Answer = engine.answer(request, &mut aside)?;
     let supported: Vec<&crate::engine::SourceOut> = a
         .citations
         .iter()

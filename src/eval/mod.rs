@@ -301,7 +301,7 @@ fn retrieval_case(
     let text = query_text(c);
     let q = |k: usize| Query {
         text: text.clone(),
-        mode: Some(mode),
+        mode,
         top_k: k,
         filter: o.query.filter.clone(),
         verbose: false,

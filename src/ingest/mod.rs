@@ -6,6 +6,8 @@
 
 pub mod chunk;
 pub mod failed;
+#[cfg(test)]
+pub(crate) mod fuzz;
 pub mod isolate;
 pub mod parse;
 mod plan;

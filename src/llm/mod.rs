@@ -157,6 +157,15 @@ impl Llm {
         self.model.n_vocab()
     }
 
+    /// `n` token ids spread deterministically over the vocabulary, like llama-bench's random
+    /// prompt (`rag bench llm`).
+    pub fn synthetic_prompt(&self, n: usize) -> Vec<LlamaToken> {
+        let n_vocab = self.n_vocab().max(2) as u64;
+        (0..n as u64)
+            .map(|i| LlamaToken::new(((i * 7919 + 13) % (n_vocab - 1) + 1) as i32))
+            .collect()
+    }
+
     pub fn n_ctx_train(&self) -> u32 {
         self.model.n_ctx_train()
     }

@@ -11,13 +11,14 @@ use crate::config::{Mode, Settings};
 use crate::embed::{Embedder, Reranker};
 use crate::store::{Location, Stamp, Store, VectorSearch};
 
-/// What to retrieve: the text, the retriever (None: the engine's), how many spans, and an
+/// What to retrieve: the text, the retriever (resolved once, from the settings and the
+/// request), how many spans, and an
 /// optional filter (`--path`/`--where`); `verbose` asks for the ranking to be explained
 /// (the engine's `Event::Ranked`, `printer::ranking`).
 #[derive(Debug, Clone, Default)]
 pub struct Query {
     pub text: String,
-    pub mode: Option<Mode>,
+    pub mode: Mode,
     pub top_k: usize,
     pub filter: Option<String>,
     pub verbose: bool,

@@ -24,7 +24,7 @@ use hyper::Method;
 use serde_json::{json, Value};
 
 use crate::engine::Answer;
-use crate::engine::{Answerer, Batcher, Event, Generation};
+use crate::engine::{Answerer, Batcher, Event, Generation, Held, Request as AnswerRequest};
 use crate::exit::{Exit, ExitError};
 use crate::printer::{Format, Printer, SearchHit};
 use crate::retrieve::Query;
@@ -324,10 +324,10 @@ fn generate(
     on: &mut dyn FnMut(Event) -> std::io::Result<()>,
 ) -> Outcome {
     let mut waited = 0.0;
-    let admit = || {
+    let mut admit = || {
         let p = st.gate.enter()?;
         waited = p.waited.as_secs_f64();
-        Ok(p)
+        Ok::<_, anyhow::Error>(p)
     };
     // Warnings and `-v` rankings go to the server's stderr, not to the client.
     let mut on = |e: Event| {
@@ -337,8 +337,13 @@ fn generate(
             on(e)
         }
     };
-    let how = Generation::Shared(&st.batcher);
-    match st.engine.answer_admitted(q, question, how, admit, &mut on) {
+    let request = AnswerRequest {
+        query: q,
+        question,
+        how: Generation::Shared(&st.batcher),
+        admit: Some(Box::new(move || Ok(Box::new(admit()?) as Box<dyn Held>))),
+    };
+    match st.engine.answer(request, &mut on) {
         Ok(a) => {
             if !a.abstained {
                 st.metrics.answer(&a.timings, waited);

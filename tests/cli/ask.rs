@@ -948,7 +948,7 @@ fn the_large_route_reads_fewer_sources_unless_top_k_is_given() {
     assert_eq!(sources(&two, &["--model", "large"]), 2);
 }
 
-/// `rag bench-llm --model large` measures the large generator's file, not `llm.model`.
+/// `rag bench llm --model large` measures the large generator's file, not `llm.model`.
 #[test]
 fn bench_llm_measures_the_generator_the_route_names() {
     let p = Project::with_docs();
@@ -957,15 +957,7 @@ fn bench_llm_measures_the_generator_the_route_names() {
     let env = [("RAG_LLM_LARGE_MODEL", large.as_ref())];
     for (route, file) in [("small", "SmolLM2-135M"), ("large", "Qwen2.5-Coder-1.5B")] {
         let args = [
-            "bench-llm",
-            "-p",
-            "8",
-            "-n",
-            "2",
-            "-r",
-            "1",
-            "--model",
-            route,
+            "bench", "llm", "-p", "8", "-n", "2", "-r", "1", "--model", route,
         ];
         let (code, out, err) = p.run_env(&env, &args);
         assert_eq!(code, 0, "{err}");

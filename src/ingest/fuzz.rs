@@ -1,5 +1,6 @@
-//! Property tests (proptest) over the code that reads what users' files and models give it:
-//! the parser of every format, the chunker, prompt packing and the citation checker. Inputs
+//! Property tests (proptest) over the code that reads what users' files give it: the parser
+//! of every format and the chunker (packing and the citation checker: `ask::fuzz`, on the
+//! same generated documents). Inputs
 //! are built from each format's structural pieces (headings, fences, tags, tables,
 //! directives, PDF objects), stray Unicode and control characters; proptest shrinks a
 //! failing input to a small one and records its seed under `proptest-regressions/`, which
@@ -13,11 +14,9 @@
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
-use crate::ask::{cite, prompt};
 use crate::ingest::{chunk, parse};
-use crate::store::Hit;
 
-const WORDS: &[&str] = &[
+pub(crate) const WORDS: &[&str] = &[
     "pragma",
     "foreign_keys",
     "the",
@@ -129,7 +128,8 @@ fn piece(path: &'static str) -> BoxedStrategy<String> {
     .boxed()
 }
 
-fn document(path: &'static str) -> impl Strategy<Value = String> {
+/// A document of `path`'s format: up to 400 words and structural pieces.
+pub(crate) fn document(path: &'static str) -> impl Strategy<Value = String> {
     prop::collection::vec(piece(path), 1..400).prop_map(|v| v.concat())
 }
 
@@ -155,7 +155,7 @@ fn text_file() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
 /// A real PDF (fixtures/docs/pump-manual.pdf) with up to eight bytes overwritten: broken
 /// objects, lengths, offsets and streams, parsed by pdf-extract and lopdf.
 fn pdf_file() -> impl Strategy<Value = Vec<u8>> {
-    const PDF: &[u8] = include_bytes!("../fixtures/docs/pump-manual.pdf");
+    const PDF: &[u8] = include_bytes!("../../fixtures/docs/pump-manual.pdf");
     prop::collection::vec((any::<Index>(), any::<u8>()), 0..8).prop_map(|edits| {
         let mut bytes = PDF.to_vec();
         for (at, b) in edits {
@@ -173,7 +173,7 @@ fn cases() -> u32 {
         .unwrap_or(150)
 }
 
-fn config(scale: u32) -> ProptestConfig {
+pub(crate) fn config(scale: u32) -> ProptestConfig {
     ProptestConfig {
         cases: cases().saturating_mul(scale),
         ..ProptestConfig::default()
@@ -238,66 +238,6 @@ proptest! {
     #[test]
     fn a_damaged_pdf_parses_or_fails_cleanly(bytes in pdf_file()) {
         TOKENIZER.with(|tok| parse_and_chunk("a.pdf", &bytes, tok))?;
-    }
-}
-
-/// Search hits over generated documents, as retrieval would hand them to packing.
-fn hits() -> impl Strategy<Value = Vec<(Hit, f32)>> {
-    let hit = (document("a.md"), 0..4usize, select(WORDS));
-    prop::collection::vec(hit, 0..12).prop_map(|hs| {
-        hs.into_iter()
-            .enumerate()
-            .map(|(i, (text, file, heading))| {
-                let lines = text.lines().count().max(1) as u32;
-                let hit = Hit {
-                    id: format!("c{i}"),
-                    path: format!("d/{file}.md"),
-                    heading: heading.to_string(),
-                    line_start: 1,
-                    line_end: lines,
-                    text,
-                    score: 0.5,
-                };
-                (hit, 0.5)
-            })
-            .collect()
-    })
-}
-
-proptest! {
-    #![proptest_config(config(4))]
-
-    #[test]
-    fn packing_stays_within_its_budget_and_the_citation_checker_never_panics(
-        hits in hits(),
-        question in document("a.txt"),
-        slack in 0..3000usize,
-        answer in document("a.txt"),
-    ) {
-        let count = |s: &str| s.split_whitespace().count() + s.len() / 40;
-        let overhead = count(&question) + 20;
-        let budget = overhead + slack;
-        let packed = prompt::pack(&question, &hits, budget, overhead, &count);
-        prop_assert!(
-            packed.prompt_tokens <= budget,
-            "{} tokens packed into {budget}",
-            packed.prompt_tokens
-        );
-        prop_assert_eq!(packed.sources.len() + packed.dropped.len(), hits.len());
-        let sources: Vec<(usize, &str)> = packed
-            .sources
-            .iter()
-            .map(|s| (s.n, s.hit.text.as_str()))
-            .collect();
-        let checked = cite::check(&answer, &sources);
-        for c in &checked.citations {
-            prop_assert!(
-                sources.iter().any(|(n, _)| format!("S{n}") == c.id),
-                "a citation of {} among {} sources",
-                c.id,
-                sources.len()
-            );
-        }
     }
 }
 

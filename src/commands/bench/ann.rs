@@ -1,4 +1,4 @@
-//! `rag bench-ann` (hidden): the ANN vector index against the exact scan, on a table of
+//! `rag bench ann` (hidden): the ANN vector index against the exact scan, on a table of
 //! synthetic vectors shaped like text embeddings: unit vectors in clusters (topics) that lie
 //! near each other in groups (subjects), so nearest neighbours are meaningful, unlike uniform
 //! random vectors, on which every ANN index looks bad and every exact scan looks typical.
@@ -203,7 +203,7 @@ fn fill(
     }
     if have != 0 {
         bail!(
-            "{} holds {have} chunks, not {chunks}: give bench-ann an empty --index folder",
+            "{} holds {have} chunks, not {chunks}: give `rag bench ann` an empty --index folder",
             loc.display()
         );
     }

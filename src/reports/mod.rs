@@ -1,0 +1,3 @@
+//! Reports the commands compute and the printer renders: `rag status`'s.
+
+pub mod status;
