@@ -36,6 +36,7 @@ pub(crate) mod engine;
 pub(crate) mod eval;
 pub mod exit;
 pub(crate) mod fetch;
+pub(crate) mod gguf;
 pub(crate) mod hashcache;
 pub mod ingest;
 pub mod llm;

@@ -170,13 +170,23 @@ fn generator_checks(s: &Settings, tier: crate::config::Tier, memo: &Path, out: &
         )));
         return;
     }
+    // A model named in another tool's store: the name, then the file it resolved to.
+    let key = match tier {
+        crate::config::Tier::Small => "llm.model",
+        crate::config::Tier::Medium => "llm.medium_model",
+        crate::config::Tier::Large => "llm.large_model",
+    };
+    let named = s
+        .model_names
+        .get(key)
+        .map_or_else(String::new, |n| format!("{n} → "));
     out.push(match crate::llm::Llm::load(path, true) {
         Ok(_) => {
             let mb = std::fs::metadata(path).map(|m| m.len() >> 20).unwrap_or(0);
             check(
                 name,
                 Status::Ok,
-                format!("{} ({mb} MiB), loads", path.display()),
+                format!("{named}{} ({mb} MiB), loads", path.display()),
             )
         }
         Err(e) => check(name, Status::Fail, format!("{e:#}")),

@@ -37,7 +37,8 @@ fn list_models(config: Option<&std::path::Path>, a: &ListArgs, ui: &Ui) -> Resul
     let folders = fetch::inventory::folders(project.as_deref(), a.dir.as_deref());
     let (_, sizes) = checksums()?;
     let listed = fetch::inventory::list(&folders, value.as_ref(), &sizes);
-    crate::printer::models_list(&listed, &folders, a.json).emit(ui)?;
+    let others = fetch::inventory::others(&folders, &crate::config::stores::Roots::from_env());
+    crate::printer::models_list(&listed, &others, &folders, a.json).emit(ui)?;
     Ok(Exit::Success)
 }
 

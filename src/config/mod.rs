@@ -11,6 +11,7 @@ mod flags;
 mod models;
 mod resolve;
 mod settings;
+pub mod stores;
 mod validate;
 mod values;
 

@@ -132,6 +132,7 @@ pub(super) fn resolve_with(
 
     let flag_layer = flag_layer(flags, &keys, cwd, &mut sources)?;
     merge(&mut table, flag_layer);
+    let model_names = resolve_store_names(&mut table, &super::stores::Roots::from_env())?;
 
     let mut settings = Value::Table(table)
         .try_into::<Settings>()
@@ -139,6 +140,7 @@ pub(super) fn resolve_with(
     settings.root = base;
     settings.file = file;
     settings.sources = sources;
+    settings.model_names = model_names;
     settings.validate()?;
     Ok(settings)
 }
@@ -324,12 +326,44 @@ fn resolve_paths(layer: &mut Table, base: &Path) {
         if let Some(Value::String(s)) = layer.get_mut(section).and_then(|t| t.get_mut(name)) {
             let p = Path::new(s.as_str());
             // An empty path means "not set" (rerank.model), not "this folder"; a URI
-            // (`s3://bucket/index`) is not a path.
-            if p.is_relative() && !s.is_empty() && !s.contains("://") {
+            // (`s3://bucket/index`) is not a path, nor a store's name (`ollama:qwen2.5:7b`).
+            if p.is_relative() && !s.is_empty() && !s.contains("://") && !super::stores::is_name(s)
+            {
                 *s = base.join(p).to_string_lossy().into_owned();
             }
         }
     }
+}
+
+/// The generator settings whose value names a model in another tool's store
+/// (`ollama:qwen2.5:7b`, `hf:ORG/REPO/FILE.gguf`, `lmstudio:…`) get the file it names; a name
+/// that names nothing is a usage error listing what the store holds. Returns `key → name`.
+fn resolve_store_names(
+    table: &mut Table,
+    roots: &super::stores::Roots,
+) -> Result<BTreeMap<String, String>> {
+    let mut names = BTreeMap::new();
+    for key in [
+        "llm.model",
+        "llm.medium_model",
+        "llm.large_model",
+        "llm.draft_model",
+    ] {
+        let (section, name) = key.split_once('.').expect("section.key");
+        let Some(Value::String(s)) = table.get_mut(section).and_then(|t| t.get_mut(name)) else {
+            continue;
+        };
+        if !super::stores::is_name(s) {
+            continue;
+        }
+        let path = super::stores::resolve(s, roots)
+            .map_err(|e| ExitError::usage(format!("{key}: {e}")))?;
+        names.insert(
+            key.to_string(),
+            std::mem::replace(s, path.to_string_lossy().into_owned()),
+        );
+    }
+    Ok(names)
 }
 
 fn merge(into: &mut Table, layer: Table) {

@@ -31,6 +31,10 @@ pub struct Settings {
     /// Where each `section.key` got its value.
     #[serde(skip)]
     pub sources: BTreeMap<String, Source>,
+    /// Model settings given as a store's name (`llm.large_model` → `ollama:qwen2.5:7b`); the
+    /// setting itself holds the file the name resolved to.
+    #[serde(skip)]
+    pub model_names: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -340,6 +344,7 @@ impl Default for Settings {
             root: PathBuf::new(),
             file: None,
             sources: BTreeMap::new(),
+            model_names: BTreeMap::new(),
         }
     }
 }

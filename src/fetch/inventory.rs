@@ -83,6 +83,60 @@ fn whole_in(m: &Model, dir: &Path, sizes: &BTreeMap<String, u64>) -> bool {
     })
 }
 
+/// A GGUF file rag can answer with that is not one of the catalog's: in a model folder (by
+/// path), or in another tool's store (by the name `--model` and the model settings take).
+#[derive(Debug, Serialize)]
+pub struct Other {
+    pub name: String,
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// What the file's header says; None where it could not be read (the reason).
+    pub meta: Option<crate::gguf::Meta>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The GGUF files in `folders` that the catalog does not name, then every GGUF model of the
+/// stores `roots` names, each with its header read.
+pub fn others(folders: &[PathBuf], roots: &crate::config::stores::Roots) -> Vec<Other> {
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for dir in folders {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let gguf = p
+                .extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("gguf"));
+            let known = catalog::files().any(|f| f.name == name);
+            if gguf && !known && e.file_type().is_ok_and(|t| t.is_file()) {
+                found.push((p.display().to_string(), p));
+            }
+        }
+    }
+    found.extend(
+        crate::config::stores::discover(roots)
+            .into_iter()
+            .map(|f| (f.name, f.path)),
+    );
+    found
+        .into_iter()
+        .map(|(name, path)| {
+            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let (meta, error) = match crate::gguf::read(&path) {
+                Ok(m) => (Some(m), None),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            };
+            Other {
+                name,
+                path,
+                bytes,
+                meta,
+                error,
+            }
+        })
+        .collect()
+}
+
 /// The folders `rag models list` looks in: the project's `models/` (beside its rag.toml, else
 /// in the current folder), the user's model folder, and `--dir`, each once.
 pub fn folders(project: Option<&Path>, dir: Option<&Path>) -> Vec<PathBuf> {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::Output;
-use crate::fetch::inventory::Listed;
+use crate::fetch::inventory::{Listed, Other};
 use crate::fetch::Got;
 
 /// `rag models fetch`: the folder and how each file got there.
@@ -53,10 +53,15 @@ pub fn models_removed(dir: &Path, gone: &[(String, u64)], json: bool) -> Output 
 
 /// `rag models list`: the catalog's models, the file each setting resolves to, and which
 /// folders hold them.
-pub fn models_list(listed: &[Listed], folders: &[std::path::PathBuf], json: bool) -> Output {
+pub fn models_list(
+    listed: &[Listed],
+    others: &[Other],
+    folders: &[std::path::PathBuf],
+    json: bool,
+) -> Output {
     let mut o = Output::default();
     if json {
-        o.json(&serde_json::json!({"folders": folders, "models": listed}));
+        o.json(&serde_json::json!({"folders": folders, "models": listed, "others": others}));
         return o;
     }
     for m in listed {
@@ -88,8 +93,32 @@ pub fn models_list(listed: &[Listed], folders: &[std::path::PathBuf], json: bool
             ));
         }
     }
+    if !others.is_empty() {
+        o.out("\nother GGUF models (`--model NAME`, or `llm.large_model = \"NAME\"` in rag.toml):");
+    }
+    for m in others {
+        o.out(&format!("{}  {}", m.name, other_facts(m)));
+    }
     let dirs: Vec<String> = folders.iter().map(|d| d.display().to_string()).collect();
     o.info
         .push(format!("model folders looked in: {}", dirs.join(", ")));
     o
+}
+
+/// `1065 MB · qwen2 · Q4_K_M · 1.78B parameters · 32768 context · /path`.
+fn other_facts(m: &Other) -> String {
+    let mut facts = vec![format!("{} MB", m.bytes >> 20)];
+    match &m.meta {
+        Some(g) => {
+            facts.extend(g.architecture.clone());
+            facts.extend(g.quantisation.clone());
+            if g.parameters > 0 {
+                facts.push(format!("{:.2}B parameters", g.parameters as f64 / 1e9));
+            }
+            facts.extend(g.context_length.map(|n| format!("{n} context")));
+        }
+        None => facts.push(format!("unreadable: {}", m.error.as_deref().unwrap_or("?"))),
+    }
+    facts.push(m.path.display().to_string());
+    facts.join(" · ")
 }

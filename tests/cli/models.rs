@@ -382,3 +382,121 @@ fn the_list_shows_what_a_fetch_installed_and_where() {
     assert!(!medium.iter().any(|l| l.contains("installed in")), "{out}");
     assert!(out.lines().any(|l| l.starts_with("small")), "{out}");
 }
+
+/// Puts the file at `src` at `dst` (a hard link where the file system allows, else a copy).
+fn place(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+    if std::fs::hard_link(src, dst).is_err() {
+        std::fs::copy(src, dst).unwrap();
+    }
+}
+
+/// The real 135M laid out as ollama, huggingface-cli and LM Studio keep their models, under
+/// `root`: (the environment that points rag at them, the ollama blob, the HF snapshot file).
+fn stores(
+    root: &Path,
+) -> (
+    Vec<(String, String)>,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let small = repo().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let ollama = root.join("ollama");
+    let digest = "7d3b1e2c".repeat(8);
+    let blob = ollama.join(format!("blobs/sha256-{digest}"));
+    place(&small, &blob);
+    let manifest = ollama.join("manifests/registry.ollama.ai/library/smol/135m");
+    std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+    let layers = serde_json::json!({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": format!("sha256:{}", "0".repeat(64)), "size": 10},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": format!("sha256:{digest}"), "size": 98362432},
+    ]});
+    std::fs::write(&manifest, layers.to_string()).unwrap();
+    let repo_dir = root.join("hf/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct-GGUF");
+    place(&small, &repo_dir.join("blobs/b179c952"));
+    let rev = "3c1d9f0e".repeat(5);
+    std::fs::create_dir_all(repo_dir.join("refs")).unwrap();
+    std::fs::write(repo_dir.join("refs/main"), &rev).unwrap();
+    let snap = repo_dir.join(format!("snapshots/{rev}"));
+    std::fs::create_dir_all(&snap).unwrap();
+    let hf_file = snap.join("smollm2-135m-instruct-q4_1.gguf");
+    std::os::unix::fs::symlink("../../blobs/b179c952", &hf_file).unwrap();
+    let home = root.join("home");
+    place(
+        &small,
+        &home.join(".lmstudio/models/bartowski/SmolLM2/SmolLM2-135M-Q4_1.gguf"),
+    );
+    let env = vec![
+        ("OLLAMA_MODELS".to_string(), ollama.display().to_string()),
+        ("HF_HOME".to_string(), root.join("hf").display().to_string()),
+        ("HOME".to_string(), home.display().to_string()),
+    ];
+    (env, blob, hf_file)
+}
+
+/// The GGUFs a user already has in ollama's store, the Hugging Face cache and LM Studio's
+/// folder: `rag models list` shows each with what its header says, a route answers with one
+/// by name, `rag doctor` says what the name resolved to, and a name that names nothing is a
+/// usage error listing what the store holds.
+#[test]
+fn the_models_other_tools_keep_are_listed_and_answer_by_name() {
+    let p = Project::with_docs();
+    p.ingest();
+    let tmp = tempfile::tempdir().unwrap();
+    let (env, blob, hf_file) = stores(tmp.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+
+    let (code, out, err) = p.run_env(&env, &["models", "list", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let others = v["others"].as_array().unwrap();
+    let names: Vec<&str> = others.iter().map(|o| o["name"].as_str().unwrap()).collect();
+    let hf = "hf:HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf";
+    let lm = "lmstudio:bartowski/SmolLM2/SmolLM2-135M-Q4_1.gguf";
+    for want in ["ollama:smol:135m", hf, lm] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    for o in others
+        .iter()
+        .filter(|o| names.contains(&o["name"].as_str().unwrap()))
+    {
+        let meta = &o["meta"];
+        assert_eq!(meta["architecture"], "llama", "{o}");
+        assert_eq!(meta["quantisation"], "Q4_1", "{o}");
+        assert_eq!(meta["context_length"], 8192, "{o}");
+    }
+    let (_, text, _) = p.run_env(&env, &["models", "list"]);
+    assert!(
+        text.contains("ollama:smol:135m  93 MB · llama · Q4_1"),
+        "{text}"
+    );
+
+    let q = "How fast does the flux regulator aboard Orbital Station Meridian hum?";
+    let (code, out, err) = p.run_env(&env, &["ask", "--json", "--model", "ollama:smol:135m", q]);
+    assert_eq!(code, 0, "{err}");
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(a["model"]["path"], blob.display().to_string(), "{a}");
+
+    let mut large = env.clone();
+    large.push(("RAG_LLM_LARGE_MODEL", hf));
+    let (_, out, err) = p.run_env(&large, &["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("{err}"));
+    let detail = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "generator (large)")
+        .map(|c| c["detail"].as_str().unwrap().to_string())
+        .unwrap();
+    assert!(
+        detail.starts_with(&format!("{hf} → {}", hf_file.display())),
+        "{detail}"
+    );
+
+    let (code, _, err) = p.run_env(&env, &["ask", "--model", "ollama:qwen2.5:7b", q]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("ollama:qwen2.5:7b names no model file") && err.contains("ollama:smol:135m"),
+        "{err}"
+    );
+}
