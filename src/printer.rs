@@ -9,7 +9,7 @@ use serde::Serialize;
 mod models;
 mod reports;
 pub use models::{models_fetched, models_list, models_removed};
-pub use reports::{doctor, status};
+pub use reports::{doctor, init, status};
 
 use crate::answer::{Answer, Event, SourceOut, Timings, ABSTAIN_TEXT};
 use crate::ask::cite;

@@ -8,6 +8,7 @@
 
 mod file;
 mod flags;
+pub mod init;
 mod models;
 mod resolve;
 mod settings;

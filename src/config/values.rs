@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// The default of `retrieval.mode`.
+    // The default of `retrieval.mode`.
     #[default]
     Hybrid,
     Vector,

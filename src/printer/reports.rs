@@ -1,9 +1,11 @@
-//! What `rag doctor` and `rag status` print: a table for people, one JSON object for scripts.
+//! What `rag doctor`, `rag status` and `rag init` print: a table or notes for people, one JSON
+//! object for scripts.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Output;
 use crate::checks::{Check, Status as CheckStatus};
+use crate::config::init::Init;
 use crate::reports::status::{Generator, Status};
 
 /// `rag doctor`: a line a check (`ok`, `warn`, `FAIL`, its name, what it found), or
@@ -130,4 +132,29 @@ fn freshness(st: &Status) -> String {
             st.files_changed, st.files_missing
         )
     }
+}
+
+/// `rag init`: what was written and found, and the next commands (notes on stderr; a missing
+/// model is a warning, shown first and with `-q`), or the `Init` as one JSON object.
+pub fn init(done: &Init, json: bool) -> Output {
+    let mut o = Output::default();
+    if json {
+        o.json(done);
+        return o;
+    }
+    o.info.push(format!("wrote {}", done.config.display()));
+    o.info
+        .push(format!(".rag/ is in {}", done.gitignore.display()));
+    for (key, path) in &done.models {
+        o.info.push(format!("{key} = {}", path.display()));
+    }
+    if !done.missing.is_empty() {
+        o.warn.push(format!(
+            "no model file found for {}; run `rag models fetch` (models go to ~/.local/share/rag/models, where rag finds them from any folder), or set these keys in rag.toml",
+            done.missing.join(", ")
+        ));
+    }
+    o.info
+        .push("next:\n  rag ingest .\n  rag ask \"a question about your documents\"".into());
+    o
 }
