@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `BENCH=ann make bench`: LanceDB's ANN vector indexes against the exact scan, on tables of
-# synthetic clustered unit vectors (384 dimensions, as MiniLM's; see src/commands/bench_ann.rs) of each
+# synthetic clustered unit vectors (384 dimensions, as MiniLM's; see src/commands/bench/ann.rs) of each
 # size in SIZES. For every index type: build time; for every (nprobes, refine factor): search
 # latency p50/p95 and recall@10 against the exact top 10 of the same 200 queries, all in one
 # process per size so the exact and ANN figures share the machine's state. Tables are kept
