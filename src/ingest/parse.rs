@@ -329,6 +329,21 @@ const HTML_BLOCKS: &[&str] = &[
     "main",
 ];
 
+/// Whether `node` holds the page's main content (`<main>`, `<article>`, `role="main"`): a
+/// wrapper named for the navigation beside it is not chrome. Read the Docs' Sphinx theme
+/// names the body `wy-body-for-nav` and the content's column `wy-nav-content-wrap`; taken for
+/// navigation, every page of a manual in that theme read as "no text".
+fn holds_content(node: ego_tree::NodeRef<'_, scraper::Node>) -> bool {
+    node.descendants().any(|d| match d.value() {
+        scraper::Node::Element(e) => {
+            matches!(e.name(), "main" | "article")
+                || e.attr("role")
+                    .is_some_and(|r| r.eq_ignore_ascii_case("main"))
+        }
+        _ => false,
+    })
+}
+
 /// Appends the visible text under `node` to `out`, a line per block.
 fn html_blocks(node: ego_tree::NodeRef<'_, scraper::Node>, out: &mut String) {
     use scraper::Node;
@@ -345,7 +360,7 @@ fn html_blocks(node: ego_tree::NodeRef<'_, scraper::Node>, out: &mut String) {
             }
             Node::Element(e) => {
                 let name = e.name();
-                if HTML_DROPPED.contains(&name) || is_chrome(e) {
+                if HTML_DROPPED.contains(&name) || (is_chrome(e) && !holds_content(child)) {
                     continue;
                 }
                 let heading = match name.as_bytes() {
@@ -452,6 +467,29 @@ mod tests {
             "{}",
             h.text
         );
+    }
+
+    #[test]
+    fn a_read_the_docs_page_keeps_its_content_and_drops_its_navigation() {
+        let page = r#"<html><head><title>QEMU disk image utility</title></head>
+<body class="wy-body-for-nav"><div class="wy-grid-for-nav">
+<nav class="wy-nav-side"><div class="wy-menu wy-menu-vertical">Contents About</div></nav>
+<section data-toggle="wy-nav-shift" class="wy-nav-content-wrap">
+<div class="wy-nav-content"><div class="rst-content">
+<div role="navigation" aria-label="Page navigation"><ul class="wy-breadcrumbs"><li>Home</li></ul></div>
+<div role="main" class="document"><section id="qemu-img"><h1>QEMU disk image utility</h1>
+<p>qemu-img allows you to create, convert and modify images offline.</p></section></div>
+</div></div></section></div></body></html>"#;
+        let d = parse("qemu-img.html", page.as_bytes()).unwrap();
+        assert!(d.text.contains("# QEMU disk image utility"), "{}", d.text);
+        assert!(
+            d.text.contains("qemu-img allows you to create"),
+            "{}",
+            d.text
+        );
+        for chrome in ["Contents About", "Home"] {
+            assert!(!d.text.contains(chrome), "{chrome}: {}", d.text);
+        }
     }
 
     #[test]
