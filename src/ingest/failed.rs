@@ -1,7 +1,8 @@
 //! Files that could not be indexed, with the hash of the content that failed
 //! (`<index>/failed.json`). An unchanged bad file is skipped on the next run instead of being
 //! parsed again (a crashing parser would otherwise cost every run the same time, and report
-//! the same failure forever); `rag ingest --retry-failed` tries them again.
+//! the same failure forever); `rag ingest --retry-failed` tries them again, and so does a rag
+//! whose parsers changed since the failure ([`super::parse::PARSERS`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,9 @@ pub struct Failure {
     /// blake3 of the content that failed.
     pub hash: String,
     pub error: String,
+    /// The parsers' version that failed on it (0: a record older than the field).
+    #[serde(default)]
+    pub parsers: u32,
 }
 
 /// The failure records of one index, by path.
@@ -43,9 +47,12 @@ impl Failed {
         }
     }
 
-    /// The earlier failure of `path`, if its content is still the one that failed.
+    /// The earlier failure of `path`, if its content is still the one that failed and the
+    /// parsers are still the ones that failed on it.
     pub fn known(&self, path: &str, hash: &str) -> Option<&Failure> {
-        self.files.get(path).filter(|f| f.hash == hash)
+        self.files
+            .get(path)
+            .filter(|f| f.hash == hash && f.parsers == super::parse::PARSERS)
     }
 
     pub fn record(&mut self, path: &str, hash: &str, error: &str) {
@@ -54,6 +61,7 @@ impl Failed {
             Failure {
                 hash: hash.to_string(),
                 error: error.to_string(),
+                parsers: super::parse::PARSERS,
             },
         );
         self.dirty = true;
@@ -106,6 +114,12 @@ mod tests {
         g.retain(|p| p != "b.pdf");
         g.save().unwrap();
         assert!(Failed::load(dir.path()).files.is_empty());
+        // A failure under older parsers (a record without the field) is tried again.
+        let old = r#"{"c.html": {"hash": "h3", "error": "no text"}}"#;
+        std::fs::write(dir.path().join(FILE), old).unwrap();
+        let h = Failed::load(dir.path());
+        assert_eq!(h.files["c.html"].parsers, 0);
+        assert!(h.known("c.html", "h3").is_none());
         std::fs::write(dir.path().join(FILE), "{not json").unwrap();
         assert!(Failed::load(dir.path()).files.is_empty(), "damaged = none");
     }
