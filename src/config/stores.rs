@@ -75,7 +75,7 @@ pub fn resolve(name: &str, roots: &Roots) -> Result<PathBuf, String> {
         _ => roots
             .lmstudio
             .iter()
-            .find_map(|r| safe_join(r, rest).filter(|p| is_gguf(p))),
+            .find_map(|r| safe_join(r, rest).filter(|p| is_regular(p))),
     };
     found.ok_or_else(|| {
         let have: Vec<String> = discover(roots)
@@ -129,9 +129,9 @@ fn safe_join(root: &Path, rel: &str) -> Option<PathBuf> {
     ok.then(|| root.join(rel))
 }
 
-/// A regular file (a link to one is fine: the Hugging Face cache links snapshots to blobs)
-/// whose name ends in `.gguf`, or an ollama blob.
-fn is_gguf(p: &Path) -> bool {
+/// A regular file, or a link to one (the Hugging Face cache links snapshots to blobs); never
+/// a FIFO or a device.
+fn is_regular(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file())
 }
 
@@ -174,7 +174,7 @@ fn ollama_blob(root: &Path, manifest: &Path) -> Option<PathBuf> {
         return None;
     }
     let blob = root.join("blobs").join(format!("sha256-{hex}"));
-    is_gguf(&blob).then_some(blob)
+    is_regular(&blob).then_some(blob)
 }
 
 fn ollama_all(root: &Path) -> Vec<Found> {
@@ -213,7 +213,7 @@ fn hf_one(root: &Path, name: &str) -> Option<PathBuf> {
     }
     hf_snapshots(&repo_dir)
         .into_iter()
-        .find_map(|s| safe_join(&s, file).filter(|p| is_gguf(p)))
+        .find_map(|s| safe_join(&s, file).filter(|p| is_regular(p)))
 }
 
 /// A repository's snapshot folders, the one `refs/main` names first, then newest first.
@@ -284,7 +284,7 @@ fn files_under(dir: &Path, depth: usize) -> Vec<PathBuf> {
         let p = e.path();
         if t.is_dir() && depth > 0 {
             out.extend(files_under(&p, depth - 1));
-        } else if (t.is_file() || t.is_symlink()) && is_gguf(&p) {
+        } else if (t.is_file() || t.is_symlink()) && is_regular(&p) {
             out.push(p);
         }
     }

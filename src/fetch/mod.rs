@@ -41,7 +41,10 @@ pub fn parse_sums(text: &str) -> (BTreeMap<String, String>, BTreeMap<String, u64
 
 /// Free disk (MB) where `dir` is (or would be created) and total memory (MB).
 pub fn room(dir: &Path) -> (u64, u64) {
-    let mut at = dir;
+    // A relative folder not made yet (`--dir models` in a fresh clone) climbs to the current
+    // folder, not to "", whose free space reads as 0 and would cost the user the 1.5B.
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut at = dir.as_path();
     while !at.exists() {
         match at.parent() {
             Some(p) => at = p,
@@ -555,6 +558,13 @@ mod tests {
             remove(&dir).unwrap().is_empty(),
             "again: nothing to do, no error"
         );
+    }
+
+    #[test]
+    fn a_relative_folder_not_made_yet_has_the_room_of_the_folder_it_would_go_in() {
+        let (disk, _) = room(Path::new("no-such-folder-here/models"));
+        assert_eq!(disk, free_bytes(Path::new(".")) >> 20);
+        assert!(disk > 0);
     }
 
     #[test]
