@@ -48,6 +48,12 @@ pub struct Timings {
     /// The generator's mean probability for its first 16 tokens (local generators).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<f32>,
+    /// Layers of the generator llama.cpp ran on a GPU (0: all on the CPU, or a remote
+    /// generator), and of how many (`llm.gpu_layers`, docs/gpu.md).
+    #[serde(default)]
+    pub gpu_layers: u32,
+    #[serde(default)]
+    pub layers: u32,
 }
 
 #[derive(Debug, Serialize, Deserialize, Clone)]

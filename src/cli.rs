@@ -228,6 +228,16 @@ pub struct RemoveArgs {
 
 #[derive(Debug, Args)]
 pub struct FetchArgs {
+    /// GGUF files from a Hugging Face hub instead of rag's catalog: hf:ORG/REPO/FILE.gguf
+    /// (into DIR/hf/ORG/REPO/, where `--model hf:ORG/REPO/FILE.gguf` finds them)
+    #[arg(value_name = "hf:ORG/REPO/FILE.gguf", conflicts_with_all = ["small", "minimal", "large", "from"])]
+    pub names: Vec<String>,
+    /// The hub's base URL, for a mirror [default: models.hub, https://huggingface.co]
+    #[arg(long, value_name = "URL", requires = "names")]
+    pub hub: Option<String>,
+    /// The SHA-256 a hub file must have, where the hub publishes none
+    #[arg(long, value_name = "HEX", requires = "names")]
+    pub sha256: Option<String>,
     /// The 0.5B generator instead of the 1.5B (469 MB instead of 1.1 GB)
     #[arg(long, conflicts_with_all = ["minimal", "large"])]
     pub small: bool,
@@ -452,6 +462,10 @@ pub struct GenArgs {
     /// Threads for llama.cpp [default: physical cores]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Layers of the generator on a GPU, or `auto` (all where a GPU build finds a device);
+    /// 0 = CPU only
+    #[arg(long, value_name = "N")]
+    pub gpu_layers: Option<crate::config::Layers>,
 }
 
 impl GenArgs {
@@ -466,6 +480,10 @@ impl GenArgs {
         // One flag for both: prefill and decode threads differ only when tuned in rag.toml.
         llm.threads = self.threads;
         llm.threads_batch = self.threads;
+        // Whichever generator answers: the flag is for this run's.
+        llm.gpu_layers = self.gpu_layers;
+        llm.medium_gpu_layers = self.gpu_layers;
+        llm.large_gpu_layers = self.gpu_layers;
         llm.temperature = self.temperature;
         llm.top_p = self.top_p;
     }

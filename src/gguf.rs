@@ -1,8 +1,13 @@
 //! What a GGUF file says about itself, read from its header without loading it: the model's
-//! name, architecture, quantisation, parameter count and context length. `rag models list`
-//! shows them for every GGUF it finds (rag's folders, ollama, the Hugging Face cache, LM
-//! Studio). Every length in the header is bounded before it is believed, so a damaged or
-//! hostile file is an error, never a huge allocation or a hang.
+//! name, architecture, quantisation, parameter count, context length and layers. `rag models
+//! list` shows them for every GGUF it finds (rag's folders, ollama, the Hugging Face cache,
+//! LM Studio), routing predicts a generator's speed from a larger one's with them
+//! (src/engine/speeds.rs), and `rag doctor` counts the layers a GPU takes.
+//!
+//! Written here rather than taken from a crate: the GGUF crates read whatever lengths a file
+//! declares, and a header is input rag did not write. Every length in it is bounded before
+//! it is believed, and so are the bytes read in all, so a damaged or hostile file is an
+//! error, never a huge allocation or a hang.
 //!
 //! Why by hand: the format is a few dozen lines of little-endian fields (ggml's
 //! docs/gguf.md), and llama.cpp reads a whole vocabulary to tell the same; no crate on the
@@ -25,6 +30,9 @@ pub struct Meta {
     pub parameters: u64,
     /// `{architecture}.context_length`: the context the model was trained for.
     pub context_length: Option<u64>,
+    /// `{architecture}.block_count`: the transformer blocks (llama.cpp's layers, less the
+    /// output layer).
+    pub block_count: Option<u64>,
 }
 
 /// Bounds on what a header may claim (far above any real model's).
@@ -33,11 +41,13 @@ const MAX_ITEMS: u64 = 1 << 24;
 const MAX_KEYS: u64 = 1 << 16;
 const MAX_TENSORS: u64 = 1 << 20;
 const MAX_DIMS: u32 = 8;
+/// The header of the largest GGUF (a big vocabulary's token list) is tens of MB.
+const MAX_HEADER_BYTES: u64 = 256 << 20;
 
 /// Reads the header of the GGUF file at `path` (a regular file; a FIFO or device is refused).
 pub fn read(path: &Path) -> Result<Meta> {
     let f = crate::atomic::open_regular(path)?;
-    parse(&mut BufReader::with_capacity(1 << 16, f))
+    parse(&mut BufReader::with_capacity(1 << 16, f).take(MAX_HEADER_BYTES))
         .with_context(|| format!("{} is not a GGUF file rag can read", path.display()))
 }
 
@@ -57,6 +67,7 @@ pub fn parse(r: &mut impl Read) -> Result<Meta> {
     let mut meta = Meta::default();
     let mut file_type = None;
     let mut contexts = Vec::new();
+    let mut blocks = Vec::new();
     for _ in 0..keys {
         let key = string(r)?;
         let kind = u32(r)?;
@@ -70,15 +81,33 @@ pub fn parse(r: &mut impl Read) -> Result<Meta> {
                     contexts.push((arch, n));
                 }
             }
+            k if k.ends_with(".block_count") => {
+                let arch = k.trim_end_matches(".block_count").to_string();
+                if let Some(n) = number(r, kind)? {
+                    blocks.push((arch, n));
+                }
+            }
             _ => skip(r, kind, 0)?,
         }
     }
-    meta.context_length = contexts
-        .iter()
-        .find(|(a, _)| Some(a) == meta.architecture.as_ref())
-        .or(contexts.first())
-        .map(|(_, n)| *n);
+    // A key of the file's own architecture wins over another's (a projector's, say).
+    let of_arch = |found: &[(String, u64)]| {
+        found
+            .iter()
+            .find(|(a, _)| Some(a) == meta.architecture.as_ref())
+            .or(found.first())
+            .map(|(_, n)| *n)
+    };
+    meta.context_length = of_arch(&contexts);
+    meta.block_count = of_arch(&blocks);
     meta.quantisation = file_type.map(quantisation);
+    meta.parameters = parameters(r, tensors)?;
+    Ok(meta)
+}
+
+/// The elements of the `tensors` tensor descriptions that follow the metadata, summed.
+fn parameters(r: &mut impl Read, tensors: u64) -> Result<u64> {
+    let mut sum: u64 = 0;
     for _ in 0..tensors {
         let _name = string(r)?;
         let dims = u32(r)?;
@@ -91,9 +120,9 @@ pub fn parse(r: &mut impl Read) -> Result<Meta> {
         }
         let _type = u32(r)?;
         let _offset = u64(r)?;
-        meta.parameters = meta.parameters.saturating_add(n);
+        sum = sum.saturating_add(n);
     }
-    Ok(meta)
+    Ok(sum)
 }
 
 fn bounded(n: u64, max: u64, what: &str) -> Result<u64> {
@@ -221,6 +250,60 @@ fn quantisation(t: u64) -> String {
 mod tests {
     use super::*;
 
+    /// A GGUF header as llama.cpp writes one: a few keys and two tensors.
+    fn header(arch: &str, shapes: &[&[u64]]) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((shapes.len() as u64).to_le_bytes());
+        b.extend(3u64.to_le_bytes());
+        let s = |b: &mut Vec<u8>, t: &str| {
+            b.extend((t.len() as u64).to_le_bytes());
+            b.extend(t.as_bytes());
+        };
+        s(&mut b, "general.architecture");
+        b.extend(8u32.to_le_bytes());
+        s(&mut b, arch);
+        s(&mut b, &format!("{arch}.context_length"));
+        b.extend(4u32.to_le_bytes());
+        b.extend(32768u32.to_le_bytes());
+        s(&mut b, "tokenizer.ggml.tokens");
+        b.extend(9u32.to_le_bytes());
+        b.extend(8u32.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        s(&mut b, "a");
+        s(&mut b, "b");
+        for (i, shape) in shapes.iter().enumerate() {
+            s(&mut b, &format!("t{i}"));
+            b.extend((shape.len() as u32).to_le_bytes());
+            for d in *shape {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(2u32.to_le_bytes());
+            b.extend(0u64.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_header_gives_architecture_parameters_and_context() {
+        let h = parse(&mut &header("qwen2", &[&[896, 151936], &[896]])[..]).unwrap();
+        assert_eq!(h.architecture.as_deref(), Some("qwen2"));
+        assert_eq!(h.parameters, 896 * 151936 + 896);
+        assert_eq!(h.context_length, Some(32768));
+    }
+
+    #[test]
+    fn a_hostile_header_is_an_error_not_an_allocation() {
+        let mut b = header("llama", &[&[4, 4]]);
+        // The first key's length set to 2^60.
+        b[24..32].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(parse(&mut &b[..]).is_err());
+        assert!(parse(&mut &b"GGUF"[..]).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let e = read(dir.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
+    }
+
     /// The real 135M and 1.5B: what llama.cpp says of them (`rag doctor`, llama-bench).
     #[test]
     fn the_real_models_read_as_llama_cpp_reads_them() {
@@ -229,6 +312,7 @@ mod tests {
         assert_eq!(small.architecture.as_deref(), Some("llama"));
         assert_eq!(small.quantisation.as_deref(), Some("Q4_1"));
         assert_eq!(small.context_length, Some(8192));
+        assert_eq!(small.block_count, Some(30));
         assert!(
             (130e6..140e6).contains(&(small.parameters as f64)),
             "{small:?}"
@@ -239,6 +323,7 @@ mod tests {
             assert_eq!(large.architecture.as_deref(), Some("qwen2"));
             assert_eq!(large.quantisation.as_deref(), Some("Q4_K_M"));
             assert_eq!(large.context_length, Some(32768));
+            assert_eq!(large.block_count, Some(28));
             // Every tensor, the output matrix included: llama-bench's "1.78 B".
             assert!(
                 (1.7e9..1.8e9).contains(&(large.parameters as f64)),

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 mod models;
 mod reports;
-pub use models::{models_fetched, models_list, models_removed};
+pub use models::{models_fetched, models_hub_fetched, models_list, models_removed};
 pub use reports::{doctor, init, status};
 
 use crate::answer::{Answer, Event, SourceOut, Timings, ABSTAIN_TEXT};
@@ -280,7 +280,7 @@ pub fn evidence_and_sources(a: &Answer) -> String {
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
 /// (and `· 40 of 64 drafted kept` with speculative decoding, `· citations judged in 2.1 s`
-/// with `llm.judge_citations`)
+/// with `llm.judge_citations`, `· 29/29 layers on GPU` where layers ran on one)
 pub fn stats_line(t: &Timings) -> String {
     let k = |x: f64| {
         if x >= 1000.0 {
@@ -302,8 +302,13 @@ pub fn stats_line(t: &Timings) -> String {
     } else {
         String::new()
     };
+    let gpu = if t.gpu_layers > 0 {
+        format!(" · {}/{} layers on GPU", t.gpu_layers, t.layers)
+    } else {
+        String::new()
+    };
     format!(
-        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}{judged}",
+        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}{judged}{gpu}",
         t.prompt_tokens,
         t.cached_tokens,
         k(t.prefill_tok_per_s),

@@ -70,6 +70,21 @@ impl Ui {
         bar
     }
 
+    /// A download's bar, in bytes (its length set once the server says it).
+    pub fn download(&self, what: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(Some(0), self.draw_target());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        bar.set_message(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    }
+
     pub fn spinner(&self, what: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, self.draw_target());
         bar.set_style(

@@ -18,6 +18,8 @@ mod eval;
 mod faults;
 #[path = "cli/hostile.rs"]
 mod hostile;
+#[path = "cli/hub.rs"]
+mod hub;
 #[path = "cli/ingest.rs"]
 mod ingest;
 #[path = "cli/install.rs"]

@@ -7,6 +7,9 @@
 #                                     # scripts/ggml-flags.sh prints for this CPU)
 #   scripts/bench/llama-tools.sh portable   # ggml for any x86-64 with AVX2 (PORTABLE=1 builds)
 #   scripts/bench/llama-tools.sh native     # ggml compiled for this CPU (llama.cpp's own default)
+#   scripts/bench/llama-tools.sh vulkan     # rag's CPU options plus the Vulkan backend (needs what
+#                                     # scripts/gpu/vulkan.sh gives; scripts/bench/bench_gpu.sh)
+#   scripts/bench/llama-tools.sh cuda       # rag's CPU options plus the CUDA backend (scripts/gpu/cuda.sh)
 #
 # The kernels, llama and common libraries come from the tree llama-cpp-sys-2 vendors (found
 # through `cargo metadata`: the same version as rag's). That crate ships the tools' folders
@@ -22,8 +25,15 @@ sdist_version=0.3.36
 flavour=${1:-rag}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 extra=()
+gpu=""
+case $flavour in
+  vulkan) gpu=-DGGML_VULKAN=ON ;;
+  cuda) gpu=-DGGML_CUDA=ON ;;
+esac
+[ -n "$gpu" ] && flavour=rag
 case $flavour in
   rag) native=OFF; mapfile -t opts < <("$root/scripts/ggml-flags.sh")
+    [ -n "$gpu" ] && opts+=("${gpu#-D}")
     for o in "${opts[@]}"; do extra+=("-D$o"); done
     # The folder names the options, so a build for other options is not taken for this one.
     [ ${#opts[@]} -eq 0 ] || flavour=rag-$(printf '%s\n' "${opts[@]}" | md5sum | cut -c1-8) ;;

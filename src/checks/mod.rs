@@ -1,6 +1,6 @@
 //! What `rag doctor` checks, everything a command needs before a user finds out the hard way:
 //! model files (present, the expected checksum when they are ones of rag's catalog,
-//! loadable), the ONNX Runtime library, the index (opens, matches the configured
+//! loadable), the ONNX Runtime library, llama.cpp's threads and GPU devices, the index (opens, matches the configured
 //! embedder, its project root, versions, size, files that failed), the prompt cache (every
 //! entry's checksum) and free disk. Each problem comes with its fix; any failure exits 1.
 
@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::embed::{Embedder, Reranker};
 
+mod compute;
 mod index;
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -282,6 +283,7 @@ pub fn all(s: &Settings) -> Vec<Check> {
     let mut out = Vec::new();
     let memo = s.index.state_dir().join("model-hashes.json");
     let embedder = models(s, &memo, &mut out);
+    compute::compute(s, &mut out);
     index::index(s, embedder.as_ref(), &mut out);
     index::cache_and_disk(s, &mut out);
     out

@@ -17,6 +17,7 @@ use crate::ui::Ui;
 /// settings are broken).
 pub fn run(config: Option<&std::path::Path>, a: &ModelsArgs, ui: &Ui) -> Result<Exit> {
     match &a.action {
+        ModelsAction::Fetch(f) if !f.names.is_empty() => fetch_from_hub(config, f, ui),
         ModelsAction::Fetch(f) => fetch_models(f, ui),
         ModelsAction::Remove(r) => remove_models(r, ui),
         ModelsAction::List(l) => list_models(config, l, ui),
@@ -37,7 +38,11 @@ fn list_models(config: Option<&std::path::Path>, a: &ListArgs, ui: &Ui) -> Resul
     let folders = fetch::inventory::folders(project.as_deref(), a.dir.as_deref());
     let (_, sizes) = checksums()?;
     let listed = fetch::inventory::list(&folders, value.as_ref(), &sizes);
-    let others = fetch::inventory::others(&folders, &crate::config::stores::Roots::from_env());
+    let mut roots = crate::config::stores::Roots::from_env();
+    if let Some(p) = &project {
+        roots = roots.with_project(p);
+    }
+    let others = fetch::inventory::others(&folders, &roots);
     crate::printer::models_list(&listed, &others, &folders, a.json).emit(ui)?;
     Ok(Exit::Success)
 }
@@ -96,6 +101,40 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     };
     let got = fetcher.fetch(&items)?;
     crate::printer::models_fetched(&dir, &got, a.json).emit(ui)?;
+    Ok(Exit::Success)
+}
+
+/// `rag models fetch hf:ORG/REPO/FILE.gguf …`: GGUF files from the hub `--hub` or
+/// `models.hub` names, into `DIR/hf/ORG/REPO/`.
+fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> Result<Exit> {
+    use crate::fetch::hub::{Hub, HubFile};
+    let dir = model_dir(a.dir.as_deref())?;
+    let files = a.names.iter().map(|n| HubFile::parse(n)).collect::<Result<Vec<_>>>()?;
+    if let Some(sum) = &a.sha256 {
+        if files.len() > 1 || sum.len() != 64 || !sum.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ExitError::usage(format!(
+                "--sha256 {sum:?}: give the 64 hex digits of one file's SHA-256, with that one file"
+            )));
+        }
+    }
+    let hub = match &a.hub {
+        Some(h) => h.clone(),
+        None => crate::config::resolve(config, &crate::config::Flags::default())?.models.hub,
+    };
+    let mut got = Vec::new();
+    for (name, f) in a.names.iter().zip(&files) {
+        let bar = ui.download(&f.file);
+        let progress = |done: u64, total: u64| {
+            bar.set_length(total.max(done));
+            bar.set_position(done);
+        };
+        let say = |line: &str| ui.info(&format!("models: {}: {line}", f.file));
+        let hub = Hub { base: &hub, progress: &progress, say: &say };
+        let fetched = hub.fetch(f, &dir, a.sha256.as_deref());
+        bar.finish_and_clear();
+        got.push((name.clone(), fetched?));
+    }
+    crate::printer::models_hub_fetched(&got, a.json).emit(ui)?;
     Ok(Exit::Success)
 }
 

@@ -48,6 +48,9 @@ pub struct LlmFlags {
     pub n_ctx: Option<u32>,
     pub threads: Option<usize>,
     pub threads_batch: Option<usize>,
+    pub gpu_layers: Option<super::Layers>,
+    pub medium_gpu_layers: Option<super::Layers>,
+    pub large_gpu_layers: Option<super::Layers>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
 }

@@ -132,7 +132,8 @@ pub(super) fn resolve_with(
 
     let flag_layer = flag_layer(flags, &keys, cwd, &mut sources)?;
     merge(&mut table, flag_layer);
-    let model_names = resolve_store_names(&mut table, &super::stores::Roots::from_env())?;
+    let roots = super::stores::Roots::from_env().with_project(&base);
+    let model_names = resolve_store_names(&mut table, &roots)?;
 
     let mut settings = Value::Table(table)
         .try_into::<Settings>()

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::models::home_dir;
 use super::values::Source;
 use super::values::{
-    AnnType, Backend, Mode, Order, Pooling, Route, Speculative, StorageOptions, Tier,
+    AnnType, Backend, Layers, Mode, Order, Pooling, Route, Speculative, StorageOptions, Tier,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -21,6 +21,7 @@ pub struct Settings {
     pub rerank: RerankSettings,
     pub llm: LlmSettings,
     pub serve: ServeSettings,
+    pub models: ModelsSettings,
     /// The project root: the config file's folder, or the current directory without one.
     /// Indexed paths are stored relative to it.
     #[serde(skip)]
@@ -226,6 +227,13 @@ pub struct LlmSettings {
     pub threads: usize,
     /// Prefill threads; 0 = physical cores.
     pub threads_batch: usize,
+    /// Layers of the small generator on a GPU: "auto" (all of them where this build has a
+    /// GPU backend and a device, else none) or a count; 0 = CPU only (docs/gpu.md).
+    pub gpu_layers: Layers,
+    /// Layers of the medium generator on a GPU.
+    pub medium_gpu_layers: Layers,
+    /// Layers of the large generator on a GPU.
+    pub large_gpu_layers: Layers,
     /// Most tokens to generate.
     pub max_tokens: u32,
     /// 0 = greedy (deterministic).
@@ -300,6 +308,22 @@ pub struct LlmSettings {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
+pub struct ModelsSettings {
+    /// The Hugging Face hub `rag models fetch hf:ORG/REPO/FILE.gguf` downloads from: its base
+    /// URL, or a mirror's that serves the same layout (`ORG/REPO/resolve/main/FILE`).
+    pub hub: String,
+}
+
+impl Default for ModelsSettings {
+    fn default() -> Self {
+        ModelsSettings {
+            hub: crate::fetch::hub::DEFAULT_HUB.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
 pub struct ServeSettings {
     /// Address `rag serve` listens on; anything but loopback needs a bearer token.
     pub addr: String,
@@ -341,6 +365,7 @@ impl Default for Settings {
             rerank: RerankSettings::default(),
             llm: LlmSettings::default(),
             serve: ServeSettings::default(),
+            models: ModelsSettings::default(),
             root: PathBuf::new(),
             file: None,
             sources: BTreeMap::new(),
@@ -448,6 +473,9 @@ impl Default for LlmSettings {
             n_batch: 128,
             threads: 0,
             threads_batch: 0,
+            gpu_layers: Layers::Auto,
+            medium_gpu_layers: Layers::Auto,
+            large_gpu_layers: Layers::Auto,
             max_tokens: 256,
             temperature: 0.0,
             top_p: 0.95,
@@ -489,6 +517,16 @@ impl Settings {
             Tier::Small => (l.backend, &l.model),
             Tier::Medium => (l.medium_backend, &l.medium_model),
             Tier::Large => (l.large_backend, &l.large_model),
+        }
+    }
+
+    /// How many layers of generator `t` may go to a GPU.
+    pub fn gpu_layers(&self, t: Tier) -> Layers {
+        let l = &self.llm;
+        match t {
+            Tier::Small => l.gpu_layers,
+            Tier::Medium => l.medium_gpu_layers,
+            Tier::Large => l.large_gpu_layers,
         }
     }
 

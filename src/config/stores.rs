@@ -9,6 +9,9 @@
 //! - `lmstudio:PUBLISHER/REPO/FILE.gguf`: LM Studio's folder (`~/.lmstudio/models`, or the
 //!   older `~/.cache/lm-studio/models`).
 //!
+//! An `hf:` name not in the cache is looked for where `rag models fetch hf:…` puts hub files:
+//! `hf/ORG/REPO/FILE` under the project's `models/` and the user's model folder.
+//!
 //! Read only: rag never writes, moves or deletes anything in these stores, and a name is
 //! checked component by component, so `ollama:../../x` names nothing outside the store.
 
@@ -22,6 +25,8 @@ pub struct Roots {
     pub ollama: Option<PathBuf>,
     pub hf: Option<PathBuf>,
     pub lmstudio: Vec<PathBuf>,
+    /// Where `rag models fetch hf:…` put hub files (`…/models/hf`), searched after the cache.
+    pub fetched: Vec<PathBuf>,
 }
 
 impl Roots {
@@ -47,7 +52,17 @@ impl Roots {
                     ]
                 })
                 .collect(),
+            fetched: super::models::user_models_dir()
+                .map(|d| d.join("hf"))
+                .into_iter()
+                .collect(),
         }
+    }
+
+    /// The same, with a project's own `models/hf` searched first among the fetched.
+    pub fn with_project(mut self, root: &Path) -> Roots {
+        self.fetched.insert(0, root.join("models").join("hf"));
+        self
     }
 }
 
@@ -71,7 +86,12 @@ pub fn resolve(name: &str, roots: &Roots) -> Result<PathBuf, String> {
     let (store, rest) = name.split_once(':').unwrap_or((name, ""));
     let found = match store {
         "ollama" => roots.ollama.as_deref().and_then(|r| ollama_one(r, rest)),
-        "hf" => roots.hf.as_deref().and_then(|r| hf_one(r, rest)),
+        "hf" => roots.hf.as_deref().and_then(|r| hf_one(r, rest)).or_else(|| {
+            roots
+                .fetched
+                .iter()
+                .find_map(|r| safe_join(r, rest).filter(|p| is_regular(p)))
+        }),
         _ => roots
             .lmstudio
             .iter()
@@ -100,6 +120,12 @@ pub fn discover(roots: &Roots) -> Vec<Found> {
     }
     if let Some(r) = &roots.hf {
         out.extend(hf_all(r));
+    }
+    for r in &roots.fetched {
+        for path in ggufs_under(r, 6) {
+            let rel = path.strip_prefix(r).unwrap_or(&path).to_string_lossy().into_owned();
+            out.push(found(format!("hf:{rel}"), path));
+        }
     }
     for r in &roots.lmstudio {
         for path in ggufs_under(r, 3) {

@@ -184,6 +184,9 @@ fn every_flag_is_a_typed_settings_key() {
             n_ctx: Some(700),
             threads: Some(1),
             threads_batch: Some(2),
+            gpu_layers: Some(Layers::Count(3)),
+            medium_gpu_layers: Some(Layers::Auto),
+            large_gpu_layers: Some(Layers::Count(0)),
             temperature: Some(0.5),
             top_p: Some(0.25),
         },
@@ -192,7 +195,7 @@ fn every_flag_is_a_typed_settings_key() {
         },
     };
     let set = leaves(&flags.layer().unwrap());
-    assert_eq!(set.len(), 16, "every field set: {set:?}");
+    assert_eq!(set.len(), 19, "every field set: {set:?}");
     let s = run(None, &[], flags).unwrap();
     for k in &set {
         assert_eq!(s.sources[k], Source::Flag, "{k}");
@@ -207,6 +210,8 @@ fn every_flag_is_a_typed_settings_key() {
     );
     assert_eq!((s.llm.max_tokens, s.llm.seed, s.llm.n_ctx), (5, 6, 700));
     assert_eq!((s.llm.threads, s.llm.threads_batch), (1, 2));
+    let layers = (s.llm.gpu_layers, s.llm.medium_gpu_layers, s.llm.large_gpu_layers);
+    assert_eq!(layers, (Layers::Count(3), Layers::Auto, Layers::Count(0)));
     assert_eq!((s.llm.temperature, s.llm.top_p), (0.5, 0.25));
     assert_eq!(s.serve.addr, "127.0.0.1:1");
 }
@@ -435,4 +440,25 @@ fn a_found_onnx_runtime_is_used_only_where_no_model_folder_has_the_pinned_one() 
     )
     .unwrap();
     assert_eq!(s.embed.ort_lib, PathBuf::from("/opt/ort.so"));
+}
+
+#[test]
+fn gpu_layers_are_auto_or_a_count_from_toml_the_environment_and_flags() {
+    let toml = "[llm]\ngpu_layers = 12\nlarge_gpu_layers = \"auto\"\n";
+    let env = [("RAG_LLM_MEDIUM_GPU_LAYERS", "0")];
+    let s = run(Some(toml), &env, Flags::default()).unwrap();
+    assert_eq!(s.llm.gpu_layers, Layers::Count(12));
+    assert_eq!(s.llm.medium_gpu_layers, Layers::Count(0));
+    assert_eq!(s.llm.large_gpu_layers, Layers::Auto);
+    // Shown as written, and read back the same.
+    assert!(s.to_toml().contains("gpu_layers = 12"), "{}", s.to_toml());
+    for bad in ["gpu_layers = -1", "gpu_layers = \"all\"", "gpu_layers = 1.5"] {
+        let e = format!("{:#}", run(Some(&format!("[llm]\n{bad}\n")), &[], Flags::default()).unwrap_err());
+        assert!(e.contains("gpu_layers") && e.contains("auto"), "{bad}: {e}");
+    }
+    let e = format!("{:#}", run(None, &[("RAG_LLM_GPU_LAYERS", "most")], Flags::default()).unwrap_err());
+    assert!(e.contains("RAG_LLM_GPU_LAYERS") || e.contains("gpu_layers"), "{e}");
+    assert_eq!("auto".parse::<Layers>(), Ok(Layers::Auto));
+    assert_eq!("7".parse::<Layers>(), Ok(Layers::Count(7)));
+    assert!("-1".parse::<Layers>().is_err());
 }

@@ -182,3 +182,71 @@ impl std::fmt::Display for Source {
         }
     }
 }
+
+/// How many of a generator's layers llama.cpp puts on a GPU: `llm.gpu_layers` (and the
+/// medium and large routes' own), `--gpu-layers`. In TOML `"auto"` or a count; 0 keeps the
+/// generator on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layers {
+    /// Every layer where this build has a GPU backend and llama.cpp found a device, else 0.
+    #[default]
+    Auto,
+    /// At most this many (llama.cpp counts the output layer as one more).
+    Count(u32),
+}
+
+impl std::str::FromStr for Layers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(Layers::Auto),
+            n => n.parse().map(Layers::Count).map_err(|_| {
+                format!("{s:?} is not a layer count: give `auto` or a whole number (0 = CPU only)")
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Layers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Layers::Auto => f.write_str("auto"),
+            Layers::Count(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Serialize for Layers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Layers::Auto => s.serialize_str("auto"),
+            Layers::Count(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Layers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // A count from TOML arrives as an integer; from RAG_LLM_GPU_LAYERS (typed like the
+        // default, "auto") as a string.
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Layers;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"auto\" or a whole number of layers (0 = CPU only)")
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Layers, E> {
+                u32::try_from(n).map(Layers::Count).map_err(|_| {
+                    E::custom(format!("{n} is not a layer count: give \"auto\" or a whole number from 0 (0 = CPU only)"))
+                })
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Layers, E> {
+                self.visit_i64(i64::try_from(n).unwrap_or(-1))
+            }
+            fn visit_str<E: serde::de::Error>(self, t: &str) -> Result<Layers, E> {
+                t.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}

@@ -71,13 +71,19 @@ impl Answerer {
     fn prompt_cache(&self, loaded: &Generator, n_ctx: u32) -> Option<PromptCache> {
         let settings = &self.settings;
         let sha256 = loaded.local().map_or("", |(_, sha)| sha);
+        // Layers on a GPU compute differently from the CPU's: a state is only valid where
+        // the same layers ran on the same kind of device (CPU-only keys stay as they were).
+        let offload = match loaded.local().map(|(llm, _)| llm.offload) {
+            Some((on, of)) if on > 0 => format!("gpu {on}/{of}"),
+            _ => String::new(),
+        };
         (settings.llm.prompt_cache_mb > 0).then(|| {
             let n_ctx = n_ctx.to_string();
-            PromptCache::new(
-                &settings.index.state_dir(),
-                &[sha256, &n_ctx, LLAMA_CPP_BUILD],
-                settings.llm.prompt_cache_mb << 20,
-            )
+            let mut key = vec![sha256, &n_ctx, LLAMA_CPP_BUILD];
+            if !offload.is_empty() {
+                key.push(&offload);
+            }
+            PromptCache::new(&settings.index.state_dir(), &key, settings.llm.prompt_cache_mb << 20)
         })
     }
 
@@ -113,10 +119,15 @@ impl Answerer {
 
     /// Adds a one-shot local answer's figures to its generator's measured speeds, which
     /// `auto` routing reads (answers generated together in a batch decode slower each, by
-    /// design, and are not recorded).
+    /// design, and are not recorded; nor are answers with layers on a GPU).
     fn record_speed(&self, model: usize, t: &crate::answer::Timings, others: Option<f64>) {
         let (slot, _) = &self.models[model];
         if slot.backend != crate::config::Backend::Local {
+            return;
+        }
+        // `auto`'s budget is a rule for generators on the CPU: a GPU's figures would make a
+        // later CPU-only run (`--gpu-layers 0`, the CPU build) look fast enough.
+        if self.loaded(model).local().is_some_and(|(llm, _)| llm.offload.0 > 0) {
             return;
         }
         let load_ms = super::lock(&self.load_ms[model]).take();
@@ -197,6 +208,9 @@ impl Answerer {
         let (path, sha256) = self.loaded(prep.model).identity();
         let texts = prep.packed.texts();
         let mut timings = generation_timings(so_far.timings, prefill, decode, so_far.started);
+        if let Some((llm, _)) = self.loaded(prep.model).local() {
+            (timings.gpu_layers, timings.layers) = llm.offload;
+        }
         let mut checked = cite::check(raw.trim(), &texts);
         timings.judge_ms =
             self.judge_citations(prep.model, prep.route.model, &mut checked.citations);

@@ -42,6 +42,8 @@ pub type On<'o> = &'o mut dyn FnMut(Event) -> std::io::Result<()>;
 struct Slot {
     backend: Backend,
     path: PathBuf,
+    /// Layers it may put on a GPU: the same file with other layers is another slot.
+    layers: crate::config::Layers,
 }
 
 /// Answers take `&self`, so front ends that serve many clients (`rag serve`) share one
@@ -171,7 +173,7 @@ impl Answerer {
             let hash = |path: &std::path::Path| crate::hashcache::sha256(path, &memo);
             let s = &self.settings.llm;
             let started = Instant::now();
-            let loaded = Generator::open(want.backend, &want.path, s, self.vocab_only, hash)?;
+            let loaded = Generator::open(want.backend, &want.path, s, self.vocab_only, want.layers, hash)?;
             *lock(&self.load_ms[i]) = Some(started.elapsed().as_secs_f64() * 1e3);
             let _ = self.models[i].1.set(loaded);
         }
@@ -451,5 +453,6 @@ fn slot(settings: &Settings, tier: Tier) -> Slot {
             Backend::Local => path.clone(),
             Backend::Openai => PathBuf::new(),
         },
+        layers: settings.gpu_layers(tier),
     }
 }

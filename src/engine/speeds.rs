@@ -139,10 +139,10 @@ pub struct Weights {
 impl Weights {
     /// From the file's header (no weights loaded); none for a file that is not a GGUF.
     pub fn of(model: &Path) -> Option<Weights> {
-        let header = crate::llm::gguf::read(model).ok()?;
+        let header = crate::gguf::read(model).ok()?;
         let bytes = std::fs::metadata(model).ok()?.len();
-        (header.n_params > 0).then_some(Weights {
-            params: header.n_params,
+        (header.parameters > 0).then_some(Weights {
+            params: header.parameters,
             bytes,
         })
     }

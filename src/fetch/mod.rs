@@ -10,6 +10,7 @@
 //! crate: pip is what applies the user's package index settings, and the Python that runs
 //! pip reads wheels with its own zipfile; rag adds no dependency for it.
 
+pub mod hub;
 pub mod inventory;
 
 use std::collections::{BTreeMap, HashMap};
@@ -422,7 +423,7 @@ pub fn free_bytes(p: &Path) -> u64 {
 }
 
 /// Removes from `dir` the files of the catalog (every generator, whichever fetch put them
-/// there), the partial files and scratch folders of a fetch that was killed, then the
+/// there), the GGUF files fetched from a hub (`hf/`), the partial files and scratch folders of a fetch that was killed, then the
 /// folders left empty (`dir` itself included); any other file stays, and so does whatever a
 /// link points to ([`crate::owned`]). The removed files, with their sizes.
 pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
@@ -435,6 +436,7 @@ pub fn remove(dir: &Path) -> Result<Vec<(String, u64)>> {
             crate::owned::Removed::Absent => {}
         }
     }
+    gone.extend(hub::remove_all(dir));
     clean_leftovers(dir);
     // Folders the catalog's names make (minilm/), then the model folder, when empty.
     let mut folders: Vec<PathBuf> = catalog::files()

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{Llm, Message, Remote};
-use crate::config::{Backend, LlmSettings};
+use crate::config::{Backend, Layers, LlmSettings};
 
 pub enum Generator {
     Local { llm: Llm, sha256: String },
@@ -17,19 +17,20 @@ pub enum Generator {
 }
 
 impl Generator {
-    /// Loads the GGUF file at `path` (named by `sha256`, which hashes it), or connects to
-    /// the server `s.url` names. `vocab_only` loads a local model's vocabulary alone: enough
-    /// to pack prompts, not to generate.
+    /// Loads the GGUF file at `path` (named by `sha256`, which hashes it) with up to
+    /// `layers` of it on a GPU, or connects to the server `s.url` names. `vocab_only` loads
+    /// a local model's vocabulary alone: enough to pack prompts, not to generate.
     pub fn open(
         backend: Backend,
         path: &Path,
         s: &LlmSettings,
         vocab_only: bool,
+        layers: Layers,
         sha256: impl FnOnce(&Path) -> Result<String>,
     ) -> Result<Generator> {
         Ok(match backend {
             Backend::Local => {
-                let llm = Llm::load(path, vocab_only)?;
+                let llm = Llm::load_on(path, vocab_only, layers)?;
                 let sha256 = sha256(&llm.path)?;
                 Generator::Local { llm, sha256 }
             }

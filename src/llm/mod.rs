@@ -24,8 +24,8 @@ pub type Token = LlamaToken;
 use crate::exit::ExitError;
 
 mod batch;
+pub mod device;
 mod generator;
-pub mod gguf;
 pub mod judge;
 mod remote;
 mod sample;
@@ -78,6 +78,8 @@ pub struct Llm {
     pub path: PathBuf,
     /// Loaded without weights: it tokenizes, but a context on it would abort llama.cpp.
     vocab_only: bool,
+    /// Layers on a GPU, of the model's layers (llama.cpp's count: blocks + output).
+    pub offload: (u32, u32),
 }
 
 /// Checks the file before llama.cpp sees it: llama.cpp answers a bad file with a null pointer
@@ -111,17 +113,26 @@ fn check_gguf(path: &Path) -> Result<()> {
 
 impl Llm {
     /// Loads a GGUF model (memory-mapped). `vocab_only` loads just the tokenizer, for dry runs.
+    /// On the CPU alone.
     pub fn load(path: &Path, vocab_only: bool) -> Result<Llm> {
+        Self::load_on(path, vocab_only, crate::config::Layers::Count(0))
+    }
+
+    /// Loads a GGUF model with up to `layers` of its layers on a GPU, where this build has
+    /// a GPU backend and llama.cpp found a device ([`device`]).
+    pub fn load_on(path: &Path, vocab_only: bool, layers: crate::config::Layers) -> Result<Llm> {
         let started = Instant::now();
-        let llm = Self::load_inner(path, vocab_only)?;
-        tracing::info!(model = %path.display(), vocab_only, ms = started.elapsed().as_millis() as u64, "generator loaded");
+        let have_device = !vocab_only && !device::devices().is_empty();
+        let llm = Self::load_inner(path, vocab_only, device::requested(layers, have_device))?;
+        tracing::info!(model = %path.display(), vocab_only, gpu_layers = llm.offload.0, ms = started.elapsed().as_millis() as u64, "generator loaded");
         Ok(llm)
     }
 
-    fn load_inner(path: &Path, vocab_only: bool) -> Result<Llm> {
+    fn load_inner(path: &Path, vocab_only: bool, gpu_layers: u32) -> Result<Llm> {
         check_gguf(path)?;
         let backend = backend()?;
         let params = LlamaModelParams::default()
+            .with_n_gpu_layers(gpu_layers)
             .with_use_mmap(true)
             .with_vocab_only(vocab_only);
         let model = LlamaModel::load_from_file(backend, path, &params).map_err(|e| {
@@ -135,11 +146,13 @@ impl Llm {
             .chat_template(None)
             .or_else(|_| LlamaChatTemplate::new("chatml").map_err(|e| anyhow!(e)))
             .context("reading the model's chat template")?;
+        let offload = device::offloaded(gpu_layers, model.n_layer());
         Ok(Llm {
             model,
             template,
             path: path.to_path_buf(),
             vocab_only,
+            offload,
         })
     }
 

@@ -26,6 +26,36 @@ pub fn models_fetched(dir: &Path, got: &[(String, Got)], json: bool) -> Output {
     o
 }
 
+/// `rag models fetch hf:…`: where each hub file is, how it got there, and the name that
+/// answers with it.
+pub fn models_hub_fetched(got: &[(String, crate::fetch::hub::Fetched)], json: bool) -> Output {
+    use crate::fetch::hub::Fetched;
+    let mut o = Output::default();
+    let rows: Vec<_> = got
+        .iter()
+        .map(|(name, how)| match how {
+            Fetched::Present(path) => serde_json::json!({"name": name, "path": path, "got": "present"}),
+            Fetched::Downloaded { path, bytes, resumed } => serde_json::json!({
+                "name": name, "path": path, "got": "fetched", "bytes": bytes, "resumed_at": resumed
+            }),
+        })
+        .collect();
+    if json {
+        o.json(&serde_json::json!({"files": rows}));
+        return o;
+    }
+    for r in &rows {
+        let path = r["path"].as_str().unwrap_or_default();
+        let how = match r["got"].as_str() {
+            Some("present") => "already there, checksum ok".to_string(),
+            _ => format!("fetched, {} MB, checksum ok", r["bytes"].as_u64().unwrap_or(0) >> 20),
+        };
+        o.out(&format!("{path}: {how}"));
+        o.info.push(format!("answer with it: rag ask --model {} \"…\"", r["name"].as_str().unwrap_or_default()));
+    }
+    o
+}
+
 /// `rag models remove`: the files removed, with their sizes, and what the folder still holds.
 pub fn models_removed(dir: &Path, gone: &[(String, u64)], json: bool) -> Output {
     let mut o = Output::default();

@@ -28,7 +28,7 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
     // it picks within the budget), not `llm.model` whatever the route.
     let tier = crate::engine::fixed_route(settings).model;
     let path = settings.generator(tier).1;
-    let llm = Llm::load(path, false)?;
+    let llm = Llm::load_on(path, false, settings.gpu_layers(tier))?;
     let t = threads(settings.llm.threads);
     let params = ContextParams {
         n_ctx: (n_prompt + n_gen as usize + 16) as u32,
@@ -63,6 +63,9 @@ pub fn llm(settings: &Settings, n_prompt: usize, n_gen: u32, reps: usize, ui: &U
     ui.json(&serde_json::json!({
         "model": path,
         "threads": t,
+        "threads_batch": params.threads_batch,
+        "gpu_layers": llm.offload.0,
+        "layers": llm.offload.1,
         "n_prompt": n_prompt,
         "n_gen": n_gen,
         "prefill_tok_per_s": median(runs.iter().map(|r| r.prefill_tok_per_s).collect()),
