@@ -54,6 +54,10 @@ pub struct Timings {
     pub gpu_layers: u32,
     #[serde(default)]
     pub layers: u32,
+    /// The threads llama.cpp decoded on: the physical cores rag may use, less those other
+    /// processes kept busy while the question was prepared (`llm.threads = 0`), or the setting.
+    #[serde(default)]
+    pub threads: usize,
 }
 
 #[derive(Debug, Serialize, Deserialize, Clone)]

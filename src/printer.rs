@@ -280,7 +280,8 @@ pub fn evidence_and_sources(a: &Answer) -> String {
 
 /// `prompt 812 tok (640 cached) · prefill 1.9k tok/s · first token 0.21 s · 96 tok at 48 tok/s`
 /// (and `· 40 of 64 drafted kept` with speculative decoding, `· citations judged in 2.1 s`
-/// with `llm.judge_citations`, `· 29/29 layers on GPU` where layers ran on one)
+/// with `llm.judge_citations`, `· 29/29 layers on GPU` where layers ran on one, `· decoded on
+/// 1 of 2 cores` where other processes kept one busy)
 pub fn stats_line(t: &Timings) -> String {
     let k = |x: f64| {
         if x >= 1000.0 {
@@ -302,13 +303,19 @@ pub fn stats_line(t: &Timings) -> String {
     } else {
         String::new()
     };
+    let cores = crate::config::threads(0);
+    let threads = if t.threads > 0 && t.threads < cores {
+        format!(" · decoded on {} of {cores} cores", t.threads)
+    } else {
+        String::new()
+    };
     let gpu = if t.gpu_layers > 0 {
         format!(" · {}/{} layers on GPU", t.gpu_layers, t.layers)
     } else {
         String::new()
     };
     format!(
-        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}{judged}{gpu}",
+        "prompt {} tok ({} cached) · prefill {} tok/s · first token {:.2} s · {} tok at {} tok/s{drafts}{judged}{gpu}{threads}",
         t.prompt_tokens,
         t.cached_tokens,
         k(t.prefill_tok_per_s),

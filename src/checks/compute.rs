@@ -50,9 +50,14 @@ fn threads(s: &Settings) -> Check {
         "threads",
         Status::Ok,
         format!(
-            "llama.cpp decodes on {t} and prefills on {tb} threads (this machine: {} physical cores, {} logical; llm.threads, llm.threads_batch, 0 = physical cores)",
+            "llama.cpp decodes on up to {t} and prefills on up to {tb} threads (this machine: {} physical cores, {} CPUs this process may use){}",
             num_cpus::get_physical(),
-            num_cpus::get()
+            num_cpus::get(),
+            if s.llm.threads == 0 || s.llm.threads_batch == 0 {
+                "; llm.threads = 0 takes the physical cores rag may use, less those other processes keep busy when a question comes"
+            } else {
+                ""
+            }
         ),
     )
 }

@@ -536,11 +536,13 @@ impl Settings {
     }
 }
 
-/// Threads for a setting where 0 means "physical cores".
+/// Threads for a setting where 0 means "physical cores": those this process may run on, so
+/// a container limited to 2 CPUs of a 64-core host (a cgroup quota, an affinity mask) runs 2
+/// threads, not 64 that take turns.
 pub fn threads(n: usize) -> usize {
     if n > 0 {
         n
     } else {
-        num_cpus::get_physical().max(1)
+        num_cpus::get_physical().min(num_cpus::get()).max(1)
     }
 }

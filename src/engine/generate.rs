@@ -102,7 +102,11 @@ impl Answerer {
             let (answer, _) = self.remote_checked(question, &prep, sources, so_far, on)?;
             return Ok(answer);
         };
-        let (params, _) = self.window(loaded)?;
+        let (mut params, _) = self.window(loaded)?;
+        let llm_s = &self.settings.llm;
+        params.threads = super::load::fit_threads(llm_s.threads, params.threads, &so_far.meter);
+        params.threads_batch =
+            super::load::fit_threads(llm_s.threads_batch, params.threads_batch, &so_far.meter);
         // How busy the machine is while this answer measures the generator's speed.
         let meter = super::load::Meter::start();
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
@@ -112,7 +116,8 @@ impl Answerer {
         let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
             Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
         };
-        let (answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
+        let (mut answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
+        answer.timings.threads = params.threads;
         self.record_speed(prep.model, &answer.timings, meter.others());
         Ok(answer)
     }

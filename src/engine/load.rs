@@ -1,6 +1,6 @@
 //! How much of the machine other processes used while rag measured itself: the share of all
-//! cores' time, from /proc/stat (busy and stolen time of the whole machine) less this
-//! process's own time (/proc/self/stat). A generator's speed taken while a build ran beside
+//! cores' time, from /proc/stat (busy and stolen time of the whole machine, niced work
+//! aside, since it yields to rag) less this process's own time (/proc/self/stat). A generator's speed taken while a build ran beside
 //! it is the build's doing, not the machine's, and routing must not step down for it.
 //!
 //! Where /proc is not there (not Linux) nothing is known, and a figure counts as quiet, as
@@ -15,8 +15,12 @@ pub const QUIET_SHARE: f64 = 0.2;
 
 /// Windows shorter than this say little at /proc/stat's 100 ticks a second.
 const MIN_WINDOW: Duration = Duration::from_millis(500);
+/// Enough to tell one busy core from none (20 ticks a core at 100 a second), short beside
+/// a prefill.
+const FIT_WINDOW: Duration = Duration::from_millis(200);
 
 /// A started measurement.
+#[derive(Clone)]
 pub struct Meter {
     start: Option<Ticks>,
     at: Instant,
@@ -24,6 +28,8 @@ pub struct Meter {
 
 #[derive(Clone, Copy)]
 struct Ticks {
+    /// CPUs /proc/stat counts (the machine's logical CPUs).
+    cpus: u64,
     /// Busy (non-idle) ticks of every core, stolen time included.
     busy: u64,
     /// Every tick of every core.
@@ -63,6 +69,41 @@ pub fn quiet_now() -> bool {
     m.others().is_none_or(|o| o <= QUIET_SHARE)
 }
 
+/// Threads for llama.cpp when the setting is 0 (`cores`: the physical cores this process
+/// may use), less the cores other processes kept busy over `meter`'s window, at least one.
+/// llama.cpp's threads meet at a barrier after every step, so one preempted thread stalls
+/// the rest: on 2 cores with one busy, 2 threads decode the 1.5B at 7.4 tok/s and 1 thread
+/// at 17.4 (docs/benchmarks.md, threads). A count the user set is kept as it is.
+///
+/// The window runs from the question's arrival; where it is shorter than [`FIT_WINDOW`]
+/// (a warm server answering a short question) the rest is waited, so a busy core is seen:
+/// at most 0.2 s, and only where there is a core to step down from.
+pub fn fit_threads(setting: usize, cores: usize, meter: &Meter) -> usize {
+    if setting > 0 || cores < 2 || meter.start.is_none() {
+        return fit(setting, cores, 0);
+    }
+    let wait = FIT_WINDOW.saturating_sub(meter.at.elapsed());
+    if !wait.is_zero() {
+        std::thread::sleep(wait);
+    }
+    let busy = meter.start.and_then(|a| busy_cores(a, ticks()?)).unwrap_or(0);
+    fit(setting, cores, busy)
+}
+
+fn fit(setting: usize, cores: usize, busy: usize) -> usize {
+    if setting > 0 {
+        setting
+    } else {
+        cores.saturating_sub(busy).max(1)
+    }
+}
+
+/// Cores other processes kept busy between two readings: their share of all CPUs' time,
+/// in whole CPUs.
+fn busy_cores(a: Ticks, b: Ticks) -> Option<usize> {
+    others_share(a, b).map(|share| (share * b.cpus as f64).round() as usize)
+}
+
 fn others_share(a: Ticks, b: Ticks) -> Option<f64> {
     let total = b.total.checked_sub(a.total)?;
     if total == 0 {
@@ -93,14 +134,17 @@ fn parse(stat: &str, own: &str) -> Option<Ticks> {
     if f.len() < 8 {
         return None;
     }
-    let idle = f[3] + f[4];
+    // Niced work (a build at `nice 19`) yields the CPU to rag: it is not counted as busy.
+    let idle = f[3] + f[4] + f[1];
     let total: u64 = f.iter().sum();
     let rest = &own[own.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
+    let cpus = stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count() as u64;
     Some(Ticks {
+        cpus: cpus.max(1),
         busy: total - idle,
         total,
         own: utime + stime,
@@ -125,9 +169,28 @@ mod tests {
         let b = parse("cpu  200 0 100 800 0 0 0 100 0 0", &own).unwrap();
         assert_eq!(others_share(a, b), Some(0.5));
         assert_eq!(others_share(a, a), None);
+        // Niced ticks yield to rag: not busy.
+        let b = parse("cpu  100 100 100 800 0 0 0 0 0 0", &own).unwrap();
+        assert_eq!(others_share(a, b), Some(0.0));
         assert!(parse("intr 1 2", OWN).is_none());
         assert!(parse("cpu  1 2 3", OWN).is_none());
         assert!(parse("cpu  1 2 3 4 5 6 7 8", "garbage").is_none());
+    }
+
+    #[test]
+    fn threads_step_down_for_the_cores_others_keep_busy() {
+        let a = parse("cpu  0 0 0 1000 0 0 0 0\ncpu0 x\ncpu1 x", OWN).unwrap();
+        let b = parse("cpu  100 0 0 1100 0 0 0 0\ncpu0 x\ncpu1 x", OWN).unwrap();
+        assert_eq!(a.cpus, 2);
+        // One of two cores busy (100 of 200 ticks, none of them ours): one core is busy.
+        assert_eq!(busy_cores(a, b), Some(1));
+        assert_eq!(fit(0, 2, 1), 1);
+        assert_eq!(fit(0, 2, 2), 1, "never below one");
+        assert_eq!(fit(0, 16, 3), 13);
+        assert_eq!(fit(3, 2, 2), 3, "a count the user set is kept");
+        // Where nothing can be known, every core.
+        let unknown = Meter { start: None, at: Instant::now() };
+        assert_eq!(fit_threads(0, 2, &unknown), 2);
     }
 
     #[test]

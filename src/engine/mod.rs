@@ -122,6 +122,9 @@ struct Retrieved {
 struct SoFar {
     timings: Timings,
     started: Instant,
+    /// Other processes' CPU use since the question came, so the generator's threads fit
+    /// what they leave ([`load::fit_threads`]).
+    meter: load::Meter,
 }
 
 /// What the engine decided before generating: the route, the packed prompt and its tokens.
@@ -359,6 +362,7 @@ impl Answerer {
         on: On<'_>,
     ) -> Result<Result<Retrieved, Answer>> {
         let started = Instant::now();
+        let meter = load::Meter::start();
         let mode = q.mode;
         let (ranked, retrieval_ms) = self.retrieve(q)?;
         if q.verbose {
@@ -378,7 +382,11 @@ impl Answerer {
         }
         Ok(Ok(Retrieved {
             ranked,
-            so_far: SoFar { timings, started },
+            so_far: SoFar {
+                timings,
+                started,
+                meter,
+            },
         }))
     }
 }
