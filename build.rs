@@ -36,7 +36,10 @@ fn main() {
         }
     }
     // A GPU backend computes differently again (and names itself in `rag --version`).
-    for (feature, backend) in [("CARGO_FEATURE_CUDA", "CUDA"), ("CARGO_FEATURE_VULKAN", "Vulkan")] {
+    for (feature, backend) in [
+        ("CARGO_FEATURE_CUDA", "CUDA"),
+        ("CARGO_FEATURE_VULKAN", "Vulkan"),
+    ] {
         if std::env::var_os(feature).is_some() {
             options.insert(0, backend.to_string());
         }

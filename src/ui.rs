@@ -57,28 +57,25 @@ impl Ui {
     }
 
     pub fn progress(&self, len: u64, what: &str) -> ProgressBar {
-        let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg:10} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
-        );
-        bar.set_message(what.to_string());
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
+        self.bar(
+            len,
+            "{spinner} {msg:10} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+            what,
+        )
     }
 
     /// A download's bar, in bytes (its length set once the server says it).
     pub fn download(&self, what: &str) -> ProgressBar {
-        let bar = ProgressBar::with_draw_target(Some(0), self.draw_target());
+        let template = "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}";
+        self.bar(0, template, what)
+    }
+
+    fn bar(&self, len: u64, template: &'static str, what: &str) -> ProgressBar {
+        let bar = ProgressBar::with_draw_target(Some(len), self.draw_target());
         bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .expect("static template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template(template)
+                .expect("static template")
+                .progress_chars("=> "),
         );
         bar.set_message(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));

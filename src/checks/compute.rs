@@ -35,7 +35,11 @@ pub(super) fn compute(s: &Settings, out: &mut Vec<Check>) {
         format!(
             "{backend}: {}; {}",
             devices.iter().map(said).collect::<Vec<_>>().join(", "),
-            if layers.is_empty() { "no local generator".into() } else { layers.join(", ") }
+            if layers.is_empty() {
+                "no local generator".into()
+            } else {
+                layers.join(", ")
+            }
         ),
     ));
 }

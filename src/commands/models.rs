@@ -109,7 +109,11 @@ fn fetch_models(a: &FetchArgs, ui: &Ui) -> Result<Exit> {
 fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> Result<Exit> {
     use crate::fetch::hub::{Hub, HubFile};
     let dir = model_dir(a.dir.as_deref())?;
-    let files = a.names.iter().map(|n| HubFile::parse(n)).collect::<Result<Vec<_>>>()?;
+    let files = a
+        .names
+        .iter()
+        .map(|n| HubFile::parse(n))
+        .collect::<Result<Vec<_>>>()?;
     if let Some(sum) = &a.sha256 {
         if files.len() > 1 || sum.len() != 64 || !sum.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(ExitError::usage(format!(
@@ -119,7 +123,11 @@ fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> R
     }
     let hub = match &a.hub {
         Some(h) => h.clone(),
-        None => crate::config::resolve(config, &crate::config::Flags::default())?.models.hub,
+        None => {
+            crate::config::resolve(config, &crate::config::Flags::default())?
+                .models
+                .hub
+        }
     };
     let mut got = Vec::new();
     for (name, f) in a.names.iter().zip(&files) {
@@ -129,7 +137,11 @@ fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> R
             bar.set_position(done);
         };
         let say = |line: &str| ui.info(&format!("models: {}: {line}", f.file));
-        let hub = Hub { base: &hub, progress: &progress, say: &say };
+        let hub = Hub {
+            base: &hub,
+            progress: &progress,
+            say: &say,
+        };
         let fetched = hub.fetch(f, &dir, a.sha256.as_deref());
         bar.finish_and_clear();
         got.push((name.clone(), fetched?));

@@ -86,12 +86,16 @@ pub fn resolve(name: &str, roots: &Roots) -> Result<PathBuf, String> {
     let (store, rest) = name.split_once(':').unwrap_or((name, ""));
     let found = match store {
         "ollama" => roots.ollama.as_deref().and_then(|r| ollama_one(r, rest)),
-        "hf" => roots.hf.as_deref().and_then(|r| hf_one(r, rest)).or_else(|| {
-            roots
-                .fetched
-                .iter()
-                .find_map(|r| safe_join(r, rest).filter(|p| is_regular(p)))
-        }),
+        "hf" => roots
+            .hf
+            .as_deref()
+            .and_then(|r| hf_one(r, rest))
+            .or_else(|| {
+                roots
+                    .fetched
+                    .iter()
+                    .find_map(|r| safe_join(r, rest).filter(|p| is_regular(p)))
+            }),
         _ => roots
             .lmstudio
             .iter()
@@ -123,7 +127,11 @@ pub fn discover(roots: &Roots) -> Vec<Found> {
     }
     for r in &roots.fetched {
         for path in ggufs_under(r, 6) {
-            let rel = path.strip_prefix(r).unwrap_or(&path).to_string_lossy().into_owned();
+            let rel = path
+                .strip_prefix(r)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
             out.push(found(format!("hf:{rel}"), path));
         }
     }

@@ -210,7 +210,11 @@ fn every_flag_is_a_typed_settings_key() {
     );
     assert_eq!((s.llm.max_tokens, s.llm.seed, s.llm.n_ctx), (5, 6, 700));
     assert_eq!((s.llm.threads, s.llm.threads_batch), (1, 2));
-    let layers = (s.llm.gpu_layers, s.llm.medium_gpu_layers, s.llm.large_gpu_layers);
+    let layers = (
+        s.llm.gpu_layers,
+        s.llm.medium_gpu_layers,
+        s.llm.large_gpu_layers,
+    );
     assert_eq!(layers, (Layers::Count(3), Layers::Auto, Layers::Count(0)));
     assert_eq!((s.llm.temperature, s.llm.top_p), (0.5, 0.25));
     assert_eq!(s.serve.addr, "127.0.0.1:1");
@@ -452,12 +456,25 @@ fn gpu_layers_are_auto_or_a_count_from_toml_the_environment_and_flags() {
     assert_eq!(s.llm.large_gpu_layers, Layers::Auto);
     // Shown as written, and read back the same.
     assert!(s.to_toml().contains("gpu_layers = 12"), "{}", s.to_toml());
-    for bad in ["gpu_layers = -1", "gpu_layers = \"all\"", "gpu_layers = 1.5"] {
-        let e = format!("{:#}", run(Some(&format!("[llm]\n{bad}\n")), &[], Flags::default()).unwrap_err());
+    for bad in [
+        "gpu_layers = -1",
+        "gpu_layers = \"all\"",
+        "gpu_layers = 1.5",
+    ] {
+        let e = format!(
+            "{:#}",
+            run(Some(&format!("[llm]\n{bad}\n")), &[], Flags::default()).unwrap_err()
+        );
         assert!(e.contains("gpu_layers") && e.contains("auto"), "{bad}: {e}");
     }
-    let e = format!("{:#}", run(None, &[("RAG_LLM_GPU_LAYERS", "most")], Flags::default()).unwrap_err());
-    assert!(e.contains("RAG_LLM_GPU_LAYERS") || e.contains("gpu_layers"), "{e}");
+    let e = format!(
+        "{:#}",
+        run(None, &[("RAG_LLM_GPU_LAYERS", "most")], Flags::default()).unwrap_err()
+    );
+    assert!(
+        e.contains("RAG_LLM_GPU_LAYERS") || e.contains("gpu_layers"),
+        "{e}"
+    );
     assert_eq!("auto".parse::<Layers>(), Ok(Layers::Auto));
     assert_eq!("7".parse::<Layers>(), Ok(Layers::Count(7)));
     assert!("-1".parse::<Layers>().is_err());

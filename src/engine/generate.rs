@@ -83,7 +83,11 @@ impl Answerer {
             if !offload.is_empty() {
                 key.push(&offload);
             }
-            PromptCache::new(&settings.index.state_dir(), &key, settings.llm.prompt_cache_mb << 20)
+            PromptCache::new(
+                &settings.index.state_dir(),
+                &key,
+                settings.llm.prompt_cache_mb << 20,
+            )
         })
     }
 
@@ -116,7 +120,8 @@ impl Answerer {
         let generate = |s: &_, piece: &mut dyn FnMut(&str) -> bool| {
             Ok((prefill, session.generate(s, drafter.as_draft(), piece)?))
         };
-        let (mut answer, _) = self.stream_checked(question, &prep, sources, so_far, on, generate)?;
+        let (mut answer, _) =
+            self.stream_checked(question, &prep, sources, so_far, on, generate)?;
         answer.timings.threads = params.threads;
         self.record_speed(prep.model, &answer.timings, meter.others());
         Ok(answer)
@@ -132,7 +137,11 @@ impl Answerer {
         }
         // `auto`'s budget is a rule for generators on the CPU: a GPU's figures would make a
         // later CPU-only run (`--gpu-layers 0`, the CPU build) look fast enough.
-        if self.loaded(model).local().is_some_and(|(llm, _)| llm.offload.0 > 0) {
+        if self
+            .loaded(model)
+            .local()
+            .is_some_and(|(llm, _)| llm.offload.0 > 0)
+        {
             return;
         }
         let load_ms = super::lock(&self.load_ms[model]).take();

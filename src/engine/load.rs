@@ -86,7 +86,10 @@ pub fn fit_threads(setting: usize, cores: usize, meter: &Meter) -> usize {
     if !wait.is_zero() {
         std::thread::sleep(wait);
     }
-    let busy = meter.start.and_then(|a| busy_cores(a, ticks()?)).unwrap_or(0);
+    let busy = meter
+        .start
+        .and_then(|a| busy_cores(a, ticks()?))
+        .unwrap_or(0);
     fit(setting, cores, busy)
 }
 
@@ -142,7 +145,10 @@ fn parse(stat: &str, own: &str) -> Option<Ticks> {
     // After ')': state is field 3, so utime (14) and stime (15) are at 11 and 12.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    let cpus = stat.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count() as u64;
+    let cpus = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count() as u64;
     Some(Ticks {
         cpus: cpus.max(1),
         busy: total - idle,
@@ -189,7 +195,10 @@ mod tests {
         assert_eq!(fit(0, 16, 3), 13);
         assert_eq!(fit(3, 2, 2), 3, "a count the user set is kept");
         // Where nothing can be known, every core.
-        let unknown = Meter { start: None, at: Instant::now() };
+        let unknown = Meter {
+            start: None,
+            at: Instant::now(),
+        };
         assert_eq!(fit_threads(0, 2, &unknown), 2);
     }
 

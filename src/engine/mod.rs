@@ -176,7 +176,14 @@ impl Answerer {
             let hash = |path: &std::path::Path| crate::hashcache::sha256(path, &memo);
             let s = &self.settings.llm;
             let started = Instant::now();
-            let loaded = Generator::open(want.backend, &want.path, s, self.vocab_only, want.layers, hash)?;
+            let loaded = Generator::open(
+                want.backend,
+                &want.path,
+                s,
+                self.vocab_only,
+                want.layers,
+                hash,
+            )?;
             *lock(&self.load_ms[i]) = Some(started.elapsed().as_secs_f64() * 1e3);
             let _ = self.models[i].1.set(loaded);
         }

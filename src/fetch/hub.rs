@@ -51,7 +51,8 @@ impl HubFile {
         let word = |s: &str| {
             !s.is_empty()
                 && !s.starts_with('.')
-                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         };
         let file_ok = Path::new(file)
             .components()
@@ -70,7 +71,9 @@ impl HubFile {
     /// `HUB/ORG/REPO/resolve/main/FILE`, each part escaped.
     pub fn url(&self, hub: &str) -> Result<reqwest::Url> {
         let mut url = reqwest::Url::parse(hub.trim_end_matches('/')).map_err(|e| {
-            ExitError::usage(format!("models.hub {hub:?} is not a URL ({e}); give one like {DEFAULT_HUB}"))
+            ExitError::usage(format!(
+                "models.hub {hub:?} is not a URL ({e}); give one like {DEFAULT_HUB}"
+            ))
         })?;
         url.path_segments_mut()
             .map_err(|()| ExitError::usage(format!("models.hub {hub:?} cannot take a path")))?
@@ -82,7 +85,10 @@ impl HubFile {
 
     /// Where it goes under a model folder: `DIR/hf/ORG/REPO/FILE`.
     pub fn target(&self, dir: &Path) -> PathBuf {
-        dir.join("hf").join(&self.org).join(&self.repo).join(&self.file)
+        dir.join("hf")
+            .join(&self.org)
+            .join(&self.repo)
+            .join(&self.file)
     }
 }
 
@@ -99,7 +105,11 @@ pub enum Fetched {
     /// Already in place with the expected checksum.
     Present(PathBuf),
     /// Downloaded (`resumed`: bytes a partial file already held) and checked.
-    Downloaded { path: PathBuf, bytes: u64, resumed: u64 },
+    Downloaded {
+        path: PathBuf,
+        bytes: u64,
+        resumed: u64,
+    },
 }
 
 pub struct Hub<'a> {
@@ -136,8 +146,12 @@ impl Hub<'_> {
             return Ok(Fetched::Present(target));
         }
         let parent = target.parent().expect("a file under the model folder");
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {} (name a folder you can write with --dir DIR)", parent.display()))?;
+        std::fs::create_dir_all(parent).with_context(|| {
+            format!(
+                "creating {} (name a folder you can write with --dir DIR)",
+                parent.display()
+            )
+        })?;
         let part = super::partial_name(&target);
         let resumed = std::fs::metadata(&part).map_or(0, |m| m.len());
         let bytes = self.download(&url, &part, published.size)?;
@@ -153,7 +167,11 @@ impl Hub<'_> {
         if let Ok(d) = std::fs::File::open(parent) {
             let _ = d.sync_all();
         }
-        Ok(Fetched::Downloaded { path: target, bytes, resumed })
+        Ok(Fetched::Downloaded {
+            path: target,
+            bytes,
+            resumed,
+        })
     }
 
     /// The hub's SHA-256 and size of the file, read before any redirect (a CDN's answer
@@ -167,13 +185,23 @@ impl Hub<'_> {
         if !(status.is_success() || status.is_redirection()) {
             return Err(not_served(url, status));
         }
-        let header = |k: &str| head.headers().get(k).and_then(|v| v.to_str().ok()).map(|v| v.trim_matches('"').to_string());
+        let header = |k: &str| {
+            head.headers()
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim_matches('"').to_string())
+        };
         let sha256 = header("x-linked-etag")
             .or_else(|| header("etag"))
             .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
             .map(|s| s.to_ascii_lowercase());
         let size = header("x-linked-size")
-            .or_else(|| status.is_success().then(|| header("content-length")).flatten())
+            .or_else(|| {
+                status
+                    .is_success()
+                    .then(|| header("content-length"))
+                    .flatten()
+            })
             .and_then(|s| s.parse().ok());
         Ok(Published { sha256, size })
     }
@@ -206,12 +234,21 @@ impl Hub<'_> {
 
     /// One GET from byte `have` on: appends to `part` (or starts over when the server sends
     /// the whole file).
-    fn one_try(&self, http: &Client, url: &reqwest::Url, part: &Path, have: u64, size: Option<u64>) -> Result<u64, Try> {
+    fn one_try(
+        &self,
+        http: &Client,
+        url: &reqwest::Url,
+        part: &Path,
+        have: u64,
+        size: Option<u64>,
+    ) -> Result<u64, Try> {
         let mut req = http.get(url.clone());
         if have > 0 {
             req = req.header(RANGE, format!("bytes={have}-"));
         }
-        let mut resp = req.send().map_err(|e| Try::Again(unreachable_hub(url, &e)))?;
+        let mut resp = req
+            .send()
+            .map_err(|e| Try::Again(unreachable_hub(url, &e)))?;
         let status = resp.status();
         let from = match status {
             StatusCode::PARTIAL_CONTENT if range_start(&resp) == Some(have) => have,
@@ -219,39 +256,62 @@ impl Hub<'_> {
             StatusCode::RANGE_NOT_SATISFIABLE if have > 0 => {
                 // What is there is longer than the file: start over.
                 let _ = std::fs::remove_file(part);
-                return Err(Try::Again(anyhow::anyhow!("{url}: the partial file was longer than the file")));
+                return Err(Try::Again(anyhow::anyhow!(
+                    "{url}: the partial file was longer than the file"
+                )));
             }
             s if s.is_server_error() => return Err(Try::Again(not_served(url, s))),
             s => return Err(Try::Fatal(not_served(url, s))),
         };
-        let total = size.or_else(|| length(&resp).map(|n| n + from)).unwrap_or(0);
+        let total = size
+            .or_else(|| length(&resp).map(|n| n + from))
+            .unwrap_or(0);
+        let written = |e: std::io::Error| {
+            Try::Fatal(anyhow::Error::new(e).context(format!("writing {}", part.display())))
+        };
         let mut out = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .append(from > 0)
             .truncate(from == 0)
             .open(part)
-            .map_err(|e| Try::Fatal(anyhow::Error::new(e).context(format!("writing {}", part.display()))))?;
+            .map_err(written)?;
+        let done = self.copy(&mut resp, &mut out, (from, total), url)?;
+        out.sync_all().map_err(written)?;
+        if total > 0 && done < total {
+            return Err(Try::Again(anyhow::anyhow!(
+                "{url}: the server stopped at {done} of {total} bytes"
+            )));
+        }
+        Ok(done)
+    }
+
+    /// The body into `out`, from byte `from` of `total`; the bytes the file then holds.
+    fn copy(
+        &self,
+        resp: &mut Response,
+        out: &mut std::fs::File,
+        (from, total): (u64, u64),
+        url: &reqwest::Url,
+    ) -> Result<u64, Try> {
         let mut done = from;
         let mut buf = vec![0u8; 1 << 16];
         loop {
             let n = match resp.read(&mut buf) {
-                Ok(0) => break,
+                Ok(0) => return Ok(done),
                 Ok(n) => n,
                 Err(e) => {
                     let _ = out.sync_all();
-                    return Err(Try::Again(anyhow::anyhow!("{url}: the connection dropped at {done} bytes ({e})")));
+                    return Err(Try::Again(anyhow::anyhow!(
+                        "{url}: the connection dropped at {done} bytes ({e})"
+                    )));
                 }
             };
-            out.write_all(&buf[..n]).map_err(|e| Try::Fatal(anyhow::Error::new(e).context(format!("writing {}", part.display()))))?;
+            out.write_all(&buf[..n])
+                .map_err(|e| Try::Fatal(anyhow::Error::new(e).context("writing the download")))?;
             done += n as u64;
             (self.progress)(done, total);
         }
-        out.sync_all().map_err(|e| Try::Fatal(e.into()))?;
-        if total > 0 && done < total {
-            return Err(Try::Again(anyhow::anyhow!("{url}: the server stopped at {done} of {total} bytes")));
-        }
-        Ok(done)
     }
 }
 
@@ -263,7 +323,9 @@ pub fn remove_all(dir: &Path) -> Vec<(String, u64)> {
     let mut folders = Vec::new();
     let mut stack = vec![PathBuf::from("hf")];
     while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else {
+            continue;
+        };
         if std::fs::symlink_metadata(dir.join(&rel)).is_ok_and(|m| m.file_type().is_symlink()) {
             continue;
         }
@@ -274,9 +336,13 @@ pub fn remove_all(dir: &Path) -> Vec<(String, u64)> {
             let kind = e.file_type().ok();
             if kind.is_some_and(|k| k.is_dir()) {
                 stack.push(child);
-            } else if name.ends_with(".gguf") || (name.starts_with('.') && name.ends_with(".gguf.part")) {
+            } else if name.ends_with(".gguf")
+                || (name.starts_with('.') && name.ends_with(".gguf.part"))
+            {
                 match crate::owned::remove_file(dir, &child) {
-                    Ok(crate::owned::Removed::File(n)) => gone.push((child.display().to_string(), n)),
+                    Ok(crate::owned::Removed::File(n)) => {
+                        gone.push((child.display().to_string(), n))
+                    }
                     Ok(crate::owned::Removed::Link) => gone.push((child.display().to_string(), 0)),
                     Ok(crate::owned::Removed::Kept(why)) => tracing::warn!("{why}: left in place"),
                     _ => {}
@@ -313,7 +379,12 @@ fn client(redirects: reqwest::redirect::Policy) -> Result<Client> {
 /// The first byte of a 206's `Content-Range: bytes FIRST-LAST/SIZE`.
 fn range_start(r: &Response) -> Option<u64> {
     let v = r.headers().get(CONTENT_RANGE)?.to_str().ok()?;
-    v.strip_prefix("bytes ")?.split('-').next()?.trim().parse().ok()
+    v.strip_prefix("bytes ")?
+        .split('-')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn length(r: &Response) -> Option<u64> {
@@ -342,13 +413,28 @@ mod tests {
     #[test]
     fn names_are_checked_part_by_part() {
         let f = HubFile::parse("hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF/q4/m.gguf").unwrap();
-        assert_eq!((f.org.as_str(), f.repo.as_str(), f.file.as_str()), ("Qwen", "Qwen2.5-0.5B-Instruct-GGUF", "q4/m.gguf"));
+        assert_eq!(
+            (f.org.as_str(), f.repo.as_str(), f.file.as_str()),
+            ("Qwen", "Qwen2.5-0.5B-Instruct-GGUF", "q4/m.gguf")
+        );
         assert_eq!(
             f.url("http://127.0.0.1:9/mirror/").unwrap().as_str(),
             "http://127.0.0.1:9/mirror/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/q4/m.gguf"
         );
-        assert_eq!(f.target(Path::new("/m")), Path::new("/m/hf/Qwen/Qwen2.5-0.5B-Instruct-GGUF/q4/m.gguf"));
-        for bad in ["hf:a/b", "hf:a/b/c.bin", "hf:../b/c.gguf", "hf:a/b/../../c.gguf", "hf:a/b/.c.gguf", "ollama:x", "hf:a b/c/d.gguf", "hf:a/b//c.gguf"] {
+        assert_eq!(
+            f.target(Path::new("/m")),
+            Path::new("/m/hf/Qwen/Qwen2.5-0.5B-Instruct-GGUF/q4/m.gguf")
+        );
+        for bad in [
+            "hf:a/b",
+            "hf:a/b/c.bin",
+            "hf:../b/c.gguf",
+            "hf:a/b/../../c.gguf",
+            "hf:a/b/.c.gguf",
+            "ollama:x",
+            "hf:a b/c/d.gguf",
+            "hf:a/b//c.gguf",
+        ] {
             assert!(HubFile::parse(bad).is_err(), "{bad}");
         }
     }

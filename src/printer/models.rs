@@ -34,8 +34,14 @@ pub fn models_hub_fetched(got: &[(String, crate::fetch::hub::Fetched)], json: bo
     let rows: Vec<_> = got
         .iter()
         .map(|(name, how)| match how {
-            Fetched::Present(path) => serde_json::json!({"name": name, "path": path, "got": "present"}),
-            Fetched::Downloaded { path, bytes, resumed } => serde_json::json!({
+            Fetched::Present(path) => {
+                serde_json::json!({"name": name, "path": path, "got": "present"})
+            }
+            Fetched::Downloaded {
+                path,
+                bytes,
+                resumed,
+            } => serde_json::json!({
                 "name": name, "path": path, "got": "fetched", "bytes": bytes, "resumed_at": resumed
             }),
         })
@@ -48,10 +54,16 @@ pub fn models_hub_fetched(got: &[(String, crate::fetch::hub::Fetched)], json: bo
         let path = r["path"].as_str().unwrap_or_default();
         let how = match r["got"].as_str() {
             Some("present") => "already there, checksum ok".to_string(),
-            _ => format!("fetched, {} MB, checksum ok", r["bytes"].as_u64().unwrap_or(0) >> 20),
+            _ => format!(
+                "fetched, {} MB, checksum ok",
+                r["bytes"].as_u64().unwrap_or(0) >> 20
+            ),
         };
         o.out(&format!("{path}: {how}"));
-        o.info.push(format!("answer with it: rag ask --model {} \"…\"", r["name"].as_str().unwrap_or_default()));
+        o.info.push(format!(
+            "answer with it: rag ask --model {} \"…\"",
+            r["name"].as_str().unwrap_or_default()
+        ));
     }
     o
 }

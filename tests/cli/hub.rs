@@ -63,7 +63,9 @@ fn hub(body: Vec<u8>, sha256: String, drop_at: Option<usize>) -> Hub {
                 let end = drop_at.take().map_or(body.len(), |d| d.min(body.len()));
                 let _ = s.write_all(&body[from..end.max(from)]);
             } else {
-                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                let _ = s.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
             }
             let _ = s.flush();
         }
@@ -117,18 +119,35 @@ fn a_hub_file_is_fetched_resumed_checked_and_answers_by_name() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let file = &v["files"][0];
     assert_eq!(file["got"], "fetched", "{v}");
-    assert_eq!(*server.ranges.lock().unwrap(), ["".to_string(), format!("bytes={half}-")]);
-    let placed = p.path().join(".no-user-data/rag/models/hf/test-org/Smol-GGUF/smollm2-135m-q4_1.gguf");
+    assert_eq!(
+        *server.ranges.lock().unwrap(),
+        ["".to_string(), format!("bytes={half}-")]
+    );
+    let placed = p
+        .path()
+        .join(".no-user-data/rag/models/hf/test-org/Smol-GGUF/smollm2-135m-q4_1.gguf");
     assert_eq!(file["path"], placed.display().to_string());
-    assert_eq!(std::fs::read(&placed).unwrap(), small, "the whole file, byte for byte");
-    let left: Vec<_> = std::fs::read_dir(placed.parent().unwrap()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(
+        std::fs::read(&placed).unwrap(),
+        small,
+        "the whole file, byte for byte"
+    );
+    let left: Vec<_> = std::fs::read_dir(placed.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
     assert_eq!(left.len(), 1, "no partial file left: {left:?}");
 
     // Again: checked in place, not fetched.
     let (code, out, _) = p.run(&["models", "fetch", "--hub", &url, "--json", NAME]);
     assert_eq!(code, 0);
     assert!(out.contains("\"got\":\"present\""), "{out}");
-    assert_eq!(server.ranges.lock().unwrap().len(), 2, "no download for a file in place");
+    assert_eq!(
+        server.ranges.lock().unwrap().len(),
+        2,
+        "no download for a file in place"
+    );
 
     // The name answers, and `rag models list` shows it.
     let q = "How fast does the flux regulator aboard Orbital Station Meridian hum?";
@@ -142,7 +161,10 @@ fn a_hub_file_is_fetched_resumed_checked_and_answers_by_name() {
     // `rag models remove` takes it, and its folders.
     let (code, out, err) = p.run(&["models", "remove", "--json"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("hf/test-org/Smol-GGUF/smollm2-135m-q4_1.gguf"), "{out}");
+    assert!(
+        out.contains("hf/test-org/Smol-GGUF/smollm2-135m-q4_1.gguf"),
+        "{out}"
+    );
     assert!(!p.path().join(".no-user-data/rag/models/hf").exists());
 }
 
@@ -157,7 +179,9 @@ fn a_partial_file_of_a_killed_run_is_resumed_and_a_wrong_one_never_lands() {
     let server = hub(body.clone(), sha256(&body), None);
     let url = format!("http://127.0.0.1:{}", server.port);
     let d = dir.display().to_string();
-    let (code, out, err) = p.run(&["models", "fetch", "--dir", &d, "--hub", &url, "--json", NAME]);
+    let (code, out, err) = p.run(&[
+        "models", "fetch", "--dir", &d, "--hub", &url, "--json", NAME,
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"resumed_at\":100000"), "{out}");
     assert_eq!(*server.ranges.lock().unwrap(), ["bytes=100000-"]);
@@ -170,18 +194,38 @@ fn a_partial_file_of_a_killed_run_is_resumed_and_a_wrong_one_never_lands() {
     let o = other.display().to_string();
     let (code, _, err) = p.run(&["models", "fetch", "--dir", &o, "--hub", &url, NAME]);
     assert_eq!(code, 5, "{err}");
-    assert!(err.contains("SHA-256") && err.contains(&"ab".repeat(32)), "{err}");
+    assert!(
+        err.contains("SHA-256") && err.contains(&"ab".repeat(32)),
+        "{err}"
+    );
     let landed = other.join("hf/test-org/Smol-GGUF");
-    assert!(std::fs::read_dir(&landed).map_or(true, |d| d.count() == 0), "nothing in {landed:?}");
+    assert!(
+        std::fs::read_dir(&landed).map_or(true, |d| d.count() == 0),
+        "nothing in {landed:?}"
+    );
 
     // A name the hub does not have, a hub nobody answers at, a name that is not one.
-    let (code, _, err) = p.run(&["models", "fetch", "--dir", &o, "--hub", &url, "hf:test-org/Smol-GGUF/other.gguf"]);
+    let (code, _, err) = p.run(&[
+        "models",
+        "fetch",
+        "--dir",
+        &o,
+        "--hub",
+        &url,
+        "hf:test-org/Smol-GGUF/other.gguf",
+    ]);
     assert_eq!(code, 5, "{err}");
-    assert!(err.contains("404") && err.contains("no such repository or file"), "{err}");
+    assert!(
+        err.contains("404") && err.contains("no such repository or file"),
+        "{err}"
+    );
     let nobody = format!("http://127.0.0.1:{}", crate::support::free_port());
     let (code, _, err) = p.run(&["models", "fetch", "--dir", &o, "--hub", &nobody, NAME]);
     assert_eq!(code, 5, "{err}");
-    assert!(err.contains("cannot reach") && err.contains("models.hub"), "{err}");
+    assert!(
+        err.contains("cannot reach") && err.contains("models.hub"),
+        "{err}"
+    );
     let (code, _, err) = p.run(&["models", "fetch", "--dir", &o, "hf:../x/y.gguf"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("hf:ORG/REPO/FILE.gguf"), "{err}");
@@ -192,8 +236,14 @@ fn a_partial_file_of_a_killed_run_is_resumed_and_a_wrong_one_never_lands() {
 fn the_test_hub_answers_a_range_as_the_hub_does() {
     let server = hub(b"0123456789".to_vec(), "0".repeat(64), None);
     let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    s.write_all(b"GET /cdn/blob HTTP/1.1\r\nRange: bytes=4-\r\n\r\n").unwrap();
+    s.write_all(b"GET /cdn/blob HTTP/1.1\r\nRange: bytes=4-\r\n\r\n")
+        .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 206") && text.contains("Content-Range: bytes 4-9/10") && text.ends_with("456789"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 206")
+            && text.contains("Content-Range: bytes 4-9/10")
+            && text.ends_with("456789"),
+        "{text}"
+    );
 }
