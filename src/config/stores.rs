@@ -126,28 +126,25 @@ pub fn discover(roots: &Roots) -> Vec<Found> {
         out.extend(hf_all(r));
     }
     for r in &roots.fetched {
-        for path in ggufs_under(r, 6) {
-            let rel = path
-                .strip_prefix(r)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
-            out.push(found(format!("hf:{rel}"), path));
-        }
+        out.extend(named_under("hf", r, 6));
     }
     for r in &roots.lmstudio {
-        for path in ggufs_under(r, 3) {
-            let rel = path
-                .strip_prefix(r)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .into_owned();
-            out.push(found(format!("lmstudio:{rel}"), path));
-        }
+        out.extend(named_under("lmstudio", r, 3));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
+}
+
+/// The GGUF files under `root`, named `STORE:PATH/UNDER/ROOT`.
+fn named_under(store: &str, root: &Path, depth: usize) -> Vec<Found> {
+    ggufs_under(root, depth)
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy();
+            found(format!("{store}:{rel}"), path.clone())
+        })
+        .collect()
 }
 
 fn found(name: String, path: PathBuf) -> Found {
