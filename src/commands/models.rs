@@ -123,11 +123,7 @@ fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> R
     }
     let hub = match &a.hub {
         Some(h) => h.clone(),
-        None => {
-            crate::config::resolve(config, &crate::config::Flags::default())?
-                .models
-                .hub
-        }
+        None => hub_setting(config)?,
     };
     let mut got = Vec::new();
     for (name, f) in a.names.iter().zip(&files) {
@@ -148,6 +144,20 @@ fn fetch_from_hub(config: Option<&std::path::Path>, a: &FetchArgs, ui: &Ui) -> R
     }
     crate::printer::models_hub_fetched(&got, a.json).emit(ui)?;
     Ok(Exit::Success)
+}
+
+/// `models.hub` where rag.toml or RAG_MODELS_HUB sets it, else the mirror the Hugging Face
+/// tools are pointed at (HF_ENDPOINT), else the public hub.
+fn hub_setting(config: Option<&std::path::Path>) -> Result<String> {
+    let s = crate::config::resolve(config, &crate::config::Flags::default())?;
+    let set = s
+        .sources
+        .get("models.hub")
+        .is_some_and(|src| *src != crate::config::Source::Default);
+    Ok(match std::env::var("HF_ENDPOINT") {
+        Ok(endpoint) if !set && !endpoint.trim().is_empty() => endpoint,
+        _ => s.models.hub,
+    })
 }
 
 fn choice(a: &FetchArgs) -> Choice {

@@ -179,9 +179,11 @@ fn a_partial_file_of_a_killed_run_is_resumed_and_a_wrong_one_never_lands() {
     let server = hub(body.clone(), sha256(&body), None);
     let url = format!("http://127.0.0.1:{}", server.port);
     let d = dir.display().to_string();
-    let (code, out, err) = p.run(&[
-        "models", "fetch", "--dir", &d, "--hub", &url, "--json", NAME,
-    ]);
+    // The mirror the Hugging Face tools are pointed at, where models.hub is not set.
+    let (code, out, err) = p.run_env(
+        &[("HF_ENDPOINT", &url)],
+        &["models", "fetch", "--dir", &d, "--json", NAME],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"resumed_at\":100000"), "{out}");
     assert_eq!(*server.ranges.lock().unwrap(), ["bytes=100000-"]);
@@ -204,16 +206,21 @@ fn a_partial_file_of_a_killed_run_is_resumed_and_a_wrong_one_never_lands() {
         "nothing in {landed:?}"
     );
 
-    // A name the hub does not have, a hub nobody answers at, a name that is not one.
-    let (code, _, err) = p.run(&[
-        "models",
-        "fetch",
-        "--dir",
-        &o,
-        "--hub",
-        &url,
-        "hf:test-org/Smol-GGUF/other.gguf",
-    ]);
+    // A name the hub does not have (models.hub from the environment, over HF_ENDPOINT), a
+    // hub nobody answers at, a name that is not one.
+    let (code, _, err) = p.run_env(
+        &[
+            ("RAG_MODELS_HUB", &url),
+            ("HF_ENDPOINT", "http://127.0.0.1:9"),
+        ],
+        &[
+            "models",
+            "fetch",
+            "--dir",
+            &o,
+            "hf:test-org/Smol-GGUF/other.gguf",
+        ],
+    );
     assert_eq!(code, 5, "{err}");
     assert!(
         err.contains("404") && err.contains("no such repository or file"),
