@@ -240,7 +240,8 @@ impl Llm {
             .with_n_batch(n_batch as u32)
             .with_n_ubatch(n_batch as u32)
             .with_n_threads(i32::try_from(p.threads).unwrap_or(1))
-            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1));
+            .with_n_threads_batch(i32::try_from(p.threads_batch).unwrap_or(1))
+            .with_op_offload(self.offloads());
         let ctx = self.model.new_context(backend()?, params).map_err(|e| {
             anyhow!("creating a llama.cpp context of {n_seq} sequences of {per_seq} tokens: {e}; lower llm.parallel or llm.n_ctx")
         })?;
