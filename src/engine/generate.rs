@@ -108,9 +108,14 @@ impl Answerer {
         };
         let (mut params, _) = self.window(loaded)?;
         let llm_s = &self.settings.llm;
-        params.threads = super::load::fit_threads(llm_s.threads, params.threads, &so_far.meter);
-        params.threads_batch =
-            super::load::fit_threads(llm_s.threads_batch, params.threads_batch, &so_far.meter);
+        // Looked at once, for both: only where a setting leaves the count to rag.
+        let busy = if llm_s.threads == 0 || llm_s.threads_batch == 0 {
+            super::load::busy_now(&so_far.meter)
+        } else {
+            0
+        };
+        params.threads = super::load::fit(llm_s.threads, params.threads, busy);
+        params.threads_batch = super::load::fit(llm_s.threads_batch, params.threads_batch, busy);
         // How busy the machine is while this answer measures the generator's speed.
         let meter = super::load::Meter::start();
         let tokens = llm.chat_tokens(&prep.packed.messages)?;
@@ -140,7 +145,7 @@ impl Answerer {
         if self
             .loaded(model)
             .local()
-            .is_some_and(|(llm, _)| llm.offload.0 > 0)
+            .is_some_and(|(llm, _)| llm.offloads())
         {
             return;
         }

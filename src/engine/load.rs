@@ -69,31 +69,32 @@ pub fn quiet_now() -> bool {
     m.others().is_none_or(|o| o <= QUIET_SHARE)
 }
 
-/// Threads for llama.cpp when the setting is 0 (`cores`: the physical cores this process
-/// may use), less the cores other processes kept busy over `meter`'s window, at least one.
-/// llama.cpp's threads meet at a barrier after every step, so one preempted thread stalls
-/// the rest: on 2 cores with one busy, 2 threads decode the 1.5B at 7.4 tok/s and 1 thread
-/// at 17.4 (docs/benchmarks.md, threads). A count the user set is kept as it is.
+/// The cores other processes kept busy over `meter`'s window (0 where it cannot be known, or
+/// on one core, where there is nothing to step down from). llama.cpp's threads meet at a
+/// barrier after every step, so one preempted thread stalls the rest: on 2 cores with one
+/// busy, 2 threads decode the 1.5B at 7.4 tok/s and 1 thread at 17.4 (docs/benchmarks.md,
+/// threads).
 ///
 /// The window runs from the question's arrival; where it is shorter than [`FIT_WINDOW`]
 /// (a warm server answering a short question) the rest is waited, so a busy core is seen:
-/// at most 0.2 s, and only where there is a core to step down from.
-pub fn fit_threads(setting: usize, cores: usize, meter: &Meter) -> usize {
-    if setting > 0 || cores < 2 || meter.start.is_none() {
-        return fit(setting, cores, 0);
+/// at most 0.2 s.
+pub fn busy_now(meter: &Meter) -> usize {
+    if crate::config::threads(0) < 2 || meter.start.is_none() {
+        return 0;
     }
     let wait = FIT_WINDOW.saturating_sub(meter.at.elapsed());
     if !wait.is_zero() {
         std::thread::sleep(wait);
     }
-    let busy = meter
+    meter
         .start
         .and_then(|a| busy_cores(a, ticks()?))
-        .unwrap_or(0);
-    fit(setting, cores, busy)
+        .unwrap_or(0)
 }
 
-fn fit(setting: usize, cores: usize, busy: usize) -> usize {
+/// Threads for llama.cpp: a count the user set as it is; for 0, `cores` (the physical cores
+/// this process may use) less the `busy` ones, at least one.
+pub fn fit(setting: usize, cores: usize, busy: usize) -> usize {
     if setting > 0 {
         setting
     } else {
@@ -199,7 +200,7 @@ mod tests {
             start: None,
             at: Instant::now(),
         };
-        assert_eq!(fit_threads(0, 2, &unknown), 2);
+        assert_eq!(fit(0, 2, busy_now(&unknown)), 2);
     }
 
     #[test]

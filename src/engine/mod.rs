@@ -123,7 +123,7 @@ struct SoFar {
     timings: Timings,
     started: Instant,
     /// Other processes' CPU use since the question came, so the generator's threads fit
-    /// what they leave ([`load::fit_threads`]).
+    /// what they leave ([`load::busy_now`]).
     meter: load::Meter,
 }
 
