@@ -77,11 +77,11 @@ fn ask(settings: &Settings, q: &Query, o: &AskOptions, ui: &Ui) -> Result<Exit> 
 
 /// `--dry-run`: the packed prompt, without loading the model weights.
 fn dry_run(engine: &Answerer, q: &Query, ui: &Ui) -> Result<Exit> {
-    let (ranked, _) = engine.retrieve(q)?;
+    let r = engine.retrieval(q, &q.text)?;
     if q.verbose {
-        printer::ranking(&ranked, q.mode, q.filter.as_deref()).emit(ui)?;
+        printer::ranking(&r.ranked, q.mode, q.filter.as_deref()).emit(ui)?;
     }
-    let prep = engine.prepare(&q.text, &ranked)?;
+    let prep = engine.prepare(&q.text, &r)?;
     let p = Printer {
         format: Format::Text,
         live: false,

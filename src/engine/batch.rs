@@ -98,7 +98,7 @@ impl Answerer {
             Ok(r) => r,
             Err(abstention) => return Ok(Err(abstention)),
         };
-        let prep = self.prepare(&q.text, &r.ranked)?;
+        let prep = self.prepare(&q.text, &r.retrieval)?;
         Ok(Ok(Ready {
             i,
             sources: sources_out(&prep.packed),

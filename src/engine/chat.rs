@@ -72,9 +72,10 @@ impl<'e> Chat<'e> {
             Ok(r) => r,
             Err(abstention) => return Ok(abstention),
         };
-        let tier = self.route.model;
-        let ranked = engine.shape(question, engine.readable(tier, &r.ranked))?;
-        let prep = self.pack(question, &ranked)?;
+        let ranked = r
+            .retrieval
+            .passages(Answerer::reads_fewer(self.route.model));
+        let prep = self.pack(question, ranked)?;
         let sources = super::announce(&prep, r.so_far.timings.retrieval_ms, on)?;
         let loaded = engine.loaded(self.model);
         let so_far = r.so_far;

@@ -11,6 +11,7 @@ mod draft;
 mod generate;
 mod judge;
 pub mod load;
+mod retrieval;
 mod shared;
 pub mod speeds;
 pub use chat::Chat;
@@ -24,11 +25,11 @@ use anyhow::Result;
 
 pub use crate::answer::{Answer, Event, ModelOut, SourceOut, Timings, ABSTAIN_TEXT};
 use crate::ask::prompt::{self, Packed};
-use crate::ask::{route, should_abstain, window};
+use crate::ask::{route, window};
 use crate::config::Mode;
 use crate::config::{Backend, Settings, Tier};
 use crate::llm::Generator;
-use crate::retrieve::{Query, Ranked, Retriever};
+use crate::retrieve::{Query, Ranked, Retrieval, Retriever};
 pub use answer::sources_out;
 use answer::{abstained, best_similarity};
 use generate::announce;
@@ -112,7 +113,7 @@ pub enum Generation<'b> {
 
 /// Retrieval that did not abstain.
 struct Retrieved {
-    ranked: Vec<Ranked>,
+    retrieval: Retrieval,
     so_far: SoFar,
 }
 
@@ -222,9 +223,10 @@ impl Answerer {
         self.retriever.file_text(path, scope)
     }
 
-    /// Routes and packs the prompt for `ranked`, loading the chosen generator.
-    pub fn prepare(&self, question: &str, ranked: &[Ranked]) -> Result<Prepared> {
-        let best = best_similarity(ranked);
+    /// Routes on the ranked spans and packs the prompt from the passages the chosen
+    /// generator reads, loading it.
+    pub fn prepare(&self, question: &str, r: &Retrieval) -> Result<Prepared> {
+        let best = best_similarity(&r.ranked);
         let s = &self.settings.llm;
         let route = route::route(
             s.route,
@@ -234,13 +236,13 @@ impl Answerer {
         );
         tracing::info!(model = route.model.name(), reason = %route.reason, "routed");
         let model = self.model(route.model)?;
-        let ranked = self.shape(question, self.readable(route.model, ranked))?;
+        let passages = r.passages(Self::reads_fewer(route.model));
         let gen = self.loaded(model);
         let (params, reserve) = self.window(gen)?;
         let n_ctx = params.n_ctx as usize;
         let style = self.style();
         let overhead = gen.chat_len(&prompt::messages(&[], question, style.system))?;
-        let hits: Vec<_> = ranked.iter().map(|r| (r.hit.clone(), r.score)).collect();
+        let hits: Vec<_> = passages.iter().map(|r| (r.hit.clone(), r.score)).collect();
         let count = |t: &str| gen.count_tokens(t);
         let budget = n_ctx - reserve;
         let packed = prompt::pack_turn(&[], question, &hits, budget, overhead, &count, style);
@@ -265,17 +267,6 @@ impl Answerer {
         Ok(())
     }
 
-    /// The best of `ranked` that generator `tier` reads: all of them but for the large one,
-    /// which reads at most `retrieval.large_top_k` (fewer prompt tokens to prefill than all
-    /// five, and at least as many answers right on both parts of the dev set, docs/quality.md).
-    fn readable<'r>(&self, tier: Tier, ranked: &'r [Ranked]) -> &'r [Ranked] {
-        let cap = self.settings.retrieval.large_top_k;
-        match tier {
-            Tier::Large if cap > 0 => &ranked[..ranked.len().min(cap)],
-            _ => ranked,
-        }
-    }
-
     /// The prompt's instructions and source order, from the settings.
     fn style(&self) -> prompt::Style<'_> {
         let s = &self.settings;
@@ -286,44 +277,6 @@ impl Answerer {
             },
             order: s.retrieval.source_order,
         }
-    }
-
-    /// What the prompt gets of the ranked spans: the best widened with its neighbours
-    /// (`retrieval.neighbors`), then each cut to its closest sentences (`retrieval.compress`).
-    fn shape(&self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
-        let ranked = self.retriever.widen(ranked)?;
-        self.compress(question, &ranked)
-    }
-
-    /// Each span cut to the sentences closest to the question (`retrieval.compress`).
-    fn compress(&self, question: &str, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
-        use crate::ask::compress;
-        let n = self.settings.retrieval.compress;
-        let mut out = ranked.to_vec();
-        if n == 0 {
-            return Ok(out);
-        }
-        let units: Vec<_> = out.iter().map(|r| compress::units(&r.hit.text)).collect();
-        let mut texts = Vec::new();
-        for (r, u) in out.iter().zip(&units) {
-            texts.extend(u.iter().map(|x| r.hit.text[x.clone()].trim().to_string()));
-        }
-        let Some((question, vectors)) = self.retriever.embed(question, &texts)? else {
-            return Ok(out);
-        };
-        let mut at = 0;
-        for (r, u) in out.iter_mut().zip(&units) {
-            let sims: Vec<f32> = vectors[at..at + u.len()]
-                .iter()
-                .map(|v| compress::cosine(&question, v))
-                .collect();
-            at += u.len();
-            if u.len() > n + 1 {
-                let keep = compress::choose(&r.hit.text, u, &sims, n);
-                r.hit.text = compress::compress(&r.hit.text, u, &keep);
-            }
-        }
-        Ok(out)
     }
 
     /// The prompt exactly as the generator would read it (`rag ask --dry-run`).
@@ -345,7 +298,7 @@ impl Answerer {
             Err(abstention) => return Ok(abstention),
         };
         let _admitted = admit.map(|admit| admit()).transpose()?;
-        let prep = self.prepare(question, &r.ranked)?;
+        let prep = self.prepare(question, &r.retrieval)?;
         let sources = announce(&prep, r.so_far.timings.retrieval_ms, on)?;
         self.note_route(&prep.route, on)?;
         let local = self.loaded(prep.model).local().is_some();
@@ -358,43 +311,6 @@ impl Answerer {
                 self.generate(question, prep, sources, r.so_far, cache, on)
             }
         }
-    }
-
-    /// Retrieves for `q` and applies rag's abstention check: the ranked spans and the
-    /// timings so far, or the abstention (what one-shot, chat and batch answers share).
-    fn retrieve_checked(
-        &self,
-        q: &Query,
-        question: &str,
-        on: On<'_>,
-    ) -> Result<Result<Retrieved, Answer>> {
-        let started = Instant::now();
-        let meter = load::Meter::start();
-        let mode = q.mode;
-        let (ranked, retrieval_ms) = self.retrieve(q)?;
-        if q.verbose {
-            on(Event::Ranked {
-                ranked: &ranked,
-                mode,
-                filter: q.filter.as_deref(),
-            })?;
-        }
-        let mut timings = Timings {
-            retrieval_ms,
-            ..Timings::default()
-        };
-        if should_abstain(&ranked, mode, self.settings.retrieval.min_similarity) {
-            timings.total_ms = started.elapsed().as_secs_f64() * 1e3;
-            return Ok(Err(abstained(question, timings, &ranked)));
-        }
-        Ok(Ok(Retrieved {
-            ranked,
-            so_far: SoFar {
-                timings,
-                started,
-                meter,
-            },
-        }))
     }
 }
 

@@ -306,17 +306,17 @@ fn retrieval_case(
         filter: o.query.filter.clone(),
         verbose: false,
     };
-    let (ranked10, _) = engine.retrieve(&q(10))?;
+    // The context `ask` would pack, from its own top-k; the ranks from the top 10
+    // (retrieved again when k is not 10, since the candidate pool depends on k).
+    let retrieval = engine.retrieval(&q(o.query.top_k), &c.case.question)?;
+    let ranked10 = if o.query.top_k == 10 {
+        retrieval.ranked.clone()
+    } else {
+        engine.retrieve(&q(10))?.0
+    };
     let matches: Vec<Option<usize>> = ranked10.iter().map(|r| matched(c, r)).collect();
     let ranking = metrics::ranking(&matches, c.expect.len());
-    // The context `ask` would pack: its own top-k (retrieved again when it is not 10, since
-    // the candidate pool depends on k).
-    let ranked_k = if o.query.top_k == 10 {
-        ranked10.clone()
-    } else {
-        engine.retrieve(&q(o.query.top_k))?.0
-    };
-    let prep = engine.prepare(&c.case.question, &ranked_k)?;
+    let prep = engine.prepare(&c.case.question, &retrieval)?;
     let context: String = prep
         .packed
         .sources

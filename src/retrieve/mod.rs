@@ -11,7 +11,7 @@ use crate::config::Mode;
 use crate::store::{Hit, Store};
 
 mod retriever;
-pub use retriever::{Query, Retriever};
+pub use retriever::{Query, Retrieval, Retriever};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Fusion {
@@ -271,8 +271,17 @@ pub fn retrieve(
     Ok(ranked)
 }
 
-/// The best `n` spans widened with the chunks before and after them in their files, merged
-/// where they now overlap: what the prompt gets (search results and their ranks do not).
+/// The passages of the widened spans: those of all of them, and those of the best `cap`
+/// alone (`None` where `cap` is 0 or covers them all), merged among themselves only, so a
+/// span a generator reading `cap` does not read never joins one it does.
+pub fn passages(widened: Vec<Ranked>, cap: usize) -> (Vec<Ranked>, Option<Vec<Ranked>>) {
+    let fewer = (cap > 0 && cap < widened.len()).then(|| merge_adjacent(widened[..cap].to_vec()));
+    (merge_adjacent(widened), fewer)
+}
+
+/// The best `n` spans widened with the chunks before and after them in their files (the
+/// prompt gets them merged where they then overlap, [`merge_adjacent`]; search results and
+/// their ranks do not).
 pub fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Ranked>> {
     let mut out = ranked.to_vec();
     for r in out.iter_mut().take(n) {
@@ -291,7 +300,7 @@ pub fn widen_best(store: &Store, ranked: &[Ranked], n: usize) -> Result<Vec<Rank
             .collect();
         widen(&mut r.hit, &chunks);
     }
-    Ok(merge_adjacent(out))
+    Ok(out)
 }
 
 /// Widens `hit` with the chunk of `file` that ends just before it and the one that starts
@@ -470,5 +479,35 @@ mod tests {
         assert_eq!(merged.len(), 2);
         assert_eq!(merged[0].hit.text, "one\ntwo\nthree\nfour\nfive");
         assert_eq!((merged[0].hit.line_start, merged[0].hit.line_end), (1, 5));
+    }
+
+    /// The large generator reads the best 4 spans: a fifth that touches the first joins it
+    /// in the passages of all five, never in those of the best 4.
+    #[test]
+    fn a_span_past_the_cap_joins_no_passage_within_it() {
+        let r = |h: Hit| Ranked {
+            hit: h,
+            score: 1.0,
+            vector_score: None,
+            text_score: None,
+            vector_rank: None,
+            text_rank: None,
+            rerank_score: None,
+        };
+        let widened = vec![
+            r(hit("1", "f.md", (1, 3), "one\ntwo\nthree")),
+            r(hit("2", "g.md", (1, 1), "g")),
+            r(hit("3", "h.md", (1, 1), "h")),
+            r(hit("4", "f.md", (2, 3), "two\nthree")),
+            r(hit("5", "f.md", (4, 5), "four\nfive")),
+        ];
+        let (all, fewer) = passages(widened.clone(), 4);
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].hit.text, "one\ntwo\nthree\n\nfour\nfive");
+        let fewer = fewer.unwrap();
+        assert_eq!(fewer.len(), 3);
+        assert_eq!(fewer[0].hit.text, "one\ntwo\nthree");
+        assert!(passages(widened.clone(), 0).1.is_none());
+        assert!(passages(widened, 5).1.is_none());
     }
 }

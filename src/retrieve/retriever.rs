@@ -39,6 +39,33 @@ fn fusion(s: &Settings) -> Fusion {
     }
 }
 
+/// What one retrieval gives an answer ([`Retriever::retrieve`]): the ranked spans, as
+/// fusion (and the reranker) ordered them, which abstention, routing, `--verbose` and
+/// eval's ranks read; and the passages the prompt reads: the best spans widened with their
+/// neighbouring chunks (`retrieval.neighbors`) and merged where they then touch.
+#[derive(Debug, Clone)]
+pub struct Retrieval {
+    pub ranked: Vec<Ranked>,
+    /// The passages of every ranked span.
+    pub passages: Vec<Ranked>,
+    /// The passages of the best `retrieval.large_top_k` spans alone (what the large
+    /// generator reads), merged among themselves only; `None` where that is all of them.
+    pub fewer: Option<Vec<Ranked>>,
+    /// Milliseconds, from the question's embedding to the passages.
+    pub ms: f64,
+}
+
+impl Retrieval {
+    /// The passages a generator reads: of the best `retrieval.large_top_k` spans when
+    /// `fewer`, else of all of them.
+    pub fn passages(&self, fewer: bool) -> &[Ranked] {
+        match &self.fewer {
+            Some(p) if fewer => p,
+            _ => &self.passages,
+        }
+    }
+}
+
 /// The index and the embedder, opened once and checked to belong together.
 /// The models sit behind mutexes (ONNX sessions run with `&mut`), so retrieval takes
 /// `&self`: a chat keeps a generator session borrowed from the engine while it retrieves.
@@ -52,6 +79,8 @@ pub struct Retriever {
     embedder: Option<Mutex<Embedder>>,
     reranker: Option<Mutex<Reranker>>,
     fusion: Fusion,
+    /// How many of the best spans the large generator reads (`retrieval.large_top_k`).
+    large_top_k: usize,
 }
 
 /// A poisoned lock only means an earlier call panicked mid-embedding; the model is intact.
@@ -80,6 +109,7 @@ impl Retriever {
             embedder,
             reranker: Reranker::load(&settings.rerank, &settings.embed)?.map(Mutex::new),
             fusion: fusion(settings),
+            large_top_k: settings.retrieval.large_top_k,
         })
     }
 
@@ -139,9 +169,19 @@ impl Retriever {
         }))
     }
 
-    /// The best spans widened with their neighbouring chunks (`retrieval.neighbors`).
-    pub fn widen(&self, ranked: &[Ranked]) -> Result<Vec<Ranked>> {
-        super::widen_best(&self.store(), ranked, self.fusion.neighbors)
+    /// Retrieves for `q` what an answer reads, in one call: the ranked spans and, from
+    /// them, the widened passages, for every generator.
+    pub fn retrieve(&self, q: &Query) -> Result<Retrieval> {
+        let started = Instant::now();
+        let (ranked, _) = self.run(q, q.mode)?;
+        let widened = super::widen_best(&self.store(), &ranked, self.fusion.neighbors)?;
+        let (passages, fewer) = super::passages(widened, self.large_top_k);
+        Ok(Retrieval {
+            passages,
+            fewer,
+            ranked,
+            ms: started.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     /// The question's vector and those of the passages `texts`, or `None` when no embedder
