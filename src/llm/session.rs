@@ -171,6 +171,9 @@ impl Session<'_> {
                 .map_err(|e| anyhow!("llama.cpp prefill failed: {e}"))?;
             self.tokens.extend_from_slice(slice);
         }
+        // A GPU backend queues the work and returns before the device has done it; the
+        // prefill's time is the device's (on the CPU, decode has already finished).
+        self.ctx.synchronize();
         self.last_logits = batch.n_tokens() - 1;
         Ok(Prefill {
             prompt_tokens: prompt.len(),
