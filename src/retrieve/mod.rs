@@ -461,9 +461,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn adjacent_chunks_merge_without_repeating_lines() {
-        let r = |h: Hit| Ranked {
+    /// `h` as a fused result of score 1.
+    fn r(h: Hit) -> Ranked {
+        Ranked {
             hit: h,
             score: 1.0,
             vector_score: None,
@@ -471,7 +471,11 @@ mod tests {
             vector_rank: None,
             text_rank: None,
             rerank_score: None,
-        };
+        }
+    }
+
+    #[test]
+    fn adjacent_chunks_merge_without_repeating_lines() {
         let first = hit("1", "f.md", (1, 3), "one\ntwo\nthree");
         let second = hit("2", "f.md", (3, 5), "three\nfour\nfive");
         let other = hit("3", "g.md", (1, 1), "g");
@@ -485,15 +489,6 @@ mod tests {
     /// in the passages of all five, never in those of the best 4.
     #[test]
     fn a_span_past_the_cap_joins_no_passage_within_it() {
-        let r = |h: Hit| Ranked {
-            hit: h,
-            score: 1.0,
-            vector_score: None,
-            text_score: None,
-            vector_rank: None,
-            text_rank: None,
-            rerank_score: None,
-        };
         let widened = vec![
             r(hit("1", "f.md", (1, 3), "one\ntwo\nthree")),
             r(hit("2", "g.md", (1, 1), "g")),
