@@ -16,13 +16,11 @@ impl Answerer {
     /// where set, compressed) passages; `question` is what the prompt asks, which
     /// compression keeps the sentences closest to.
     pub fn retrieval(&self, q: &Query, question: &str) -> Result<Retrieval> {
-        let started = Instant::now();
         let mut r = self.retriever.retrieve(q)?;
         self.compress(question, &mut r.passages)?;
         if let Some(fewer) = &mut r.fewer {
             self.compress(question, fewer)?;
         }
-        r.ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(r)
     }
 
@@ -77,6 +75,8 @@ impl Answerer {
         let meter = load::Meter::start();
         let mode = q.mode;
         let retrieval = self.retrieval(q, question)?;
+        // From the question's arrival to the passages, compression included.
+        let retrieval_ms = started.elapsed().as_secs_f64() * 1e3;
         let ranked = &retrieval.ranked;
         if q.verbose {
             on(Event::Ranked {
@@ -86,7 +86,7 @@ impl Answerer {
             })?;
         }
         let mut timings = Timings {
-            retrieval_ms: retrieval.ms,
+            retrieval_ms,
             ..Timings::default()
         };
         if should_abstain(ranked, mode, self.settings.retrieval.min_similarity) {

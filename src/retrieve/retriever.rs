@@ -51,8 +51,6 @@ pub struct Retrieval {
     /// The passages of the best `retrieval.large_top_k` spans alone (what the large
     /// generator reads), merged among themselves only; `None` where that is all of them.
     pub fewer: Option<Vec<Ranked>>,
-    /// Milliseconds, from the question's embedding to the passages.
-    pub ms: f64,
 }
 
 impl Retrieval {
@@ -172,7 +170,6 @@ impl Retriever {
     /// Retrieves for `q` what an answer reads, in one call: the ranked spans and, from
     /// them, the widened passages, for every generator.
     pub fn retrieve(&self, q: &Query) -> Result<Retrieval> {
-        let started = Instant::now();
         let (ranked, _) = self.run(q, q.mode)?;
         let widened = super::widen_best(&self.store(), &ranked, self.fusion.neighbors)?;
         let (passages, fewer) = super::passages(widened, self.large_top_k);
@@ -180,7 +177,6 @@ impl Retriever {
             passages,
             fewer,
             ranked,
-            ms: started.elapsed().as_secs_f64() * 1e3,
         })
     }
 
