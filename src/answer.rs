@@ -26,7 +26,18 @@ pub struct SourceOut {
 
 #[derive(Debug, Serialize, Deserialize, Default, Clone)]
 pub struct Timings {
+    /// From the question's arrival to the passages: the generators' help below included.
     pub retrieval_ms: f64,
+    /// `retrieval.expand`: what a generator wrote for the question, and how long it took.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expand_ms: f64,
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub expand_tokens: usize,
+    /// `retrieval.rerank`: how long a generator took to judge the candidates, and how many.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rerank_ms: f64,
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub reranked: usize,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub prefill_ms: f64,
@@ -144,4 +155,8 @@ pub enum Event<'a> {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_zero_count(x: &usize) -> bool {
+    *x == 0
 }

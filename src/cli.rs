@@ -348,6 +348,14 @@ pub struct RetrievalArgs {
     /// `-v` says which path a search took)
     #[arg(long)]
     pub exact: bool,
+    /// Have a generator write for the question before it is searched: a short answer
+    /// passage (`--expand`, `--expand=hyde`), search terms (`--expand=keywords`) or both
+    /// (`--expand=both`; `retrieval.expand`)
+    #[arg(long, value_enum, value_name = "KIND", num_args = 0..=1, require_equals = true, default_missing_value = "hyde")]
+    pub expand: Option<crate::config::Expand>,
+    /// Have a generator re-order the best fused candidates (`retrieval.rerank = "generator"`)
+    #[arg(long)]
+    pub rerank: bool,
 }
 
 impl RetrievalArgs {
@@ -358,6 +366,8 @@ impl RetrievalArgs {
         r.large_top_k = self.top_k;
         r.mode = self.mode;
         r.exact = self.exact.then_some(true);
+        r.expand = self.expand;
+        r.rerank = self.rerank.then_some(crate::config::Rerank::Generator);
     }
 }
 

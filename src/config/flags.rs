@@ -37,6 +37,8 @@ pub struct RetrievalFlags {
     pub large_top_k: Option<usize>,
     pub mode: Option<Mode>,
     pub exact: Option<bool>,
+    pub expand: Option<super::Expand>,
+    pub rerank: Option<super::Rerank>,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]

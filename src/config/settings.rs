@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::models::home_dir;
 use super::values::Source;
 use super::values::{
-    AnnType, Backend, Layers, Mode, Order, Pooling, Route, Speculative, StorageOptions, Tier,
+    AnnType, Backend, Expand, Layers, Mode, Order, Pooling, Rerank, Route, Speculative,
+    StorageOptions, Tier,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -198,6 +199,25 @@ pub struct RetrievalSettings {
     pub source_order: Order,
     /// Scan every vector even where the index has an ANN index (`--exact`).
     pub exact: bool,
+    /// off | hyde | keywords | both: what a generator writes for the question before it is
+    /// searched (`--expand`; docs/quality.md, help from the generators).
+    pub expand: Expand,
+    /// The generator that writes it.
+    pub expand_with: Tier,
+    /// The most tokens it writes.
+    pub expand_tokens: u32,
+    /// Share of its kind's weight (`vector_weight`, `text_weight`) each list searched for
+    /// what it wrote gets in fusion.
+    pub expand_weight: f32,
+    /// off | generator: a generator re-orders the best fused candidates (`--rerank`).
+    pub rerank: Rerank,
+    /// The generator that reranks.
+    pub rerank_with: Tier,
+    /// Fused candidates it scores; the rest keep fusion's order after them.
+    pub rerank_candidates: usize,
+    /// Most milliseconds it spends on one question; candidates not scored by then keep
+    /// fusion's order after those that were.
+    pub rerank_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -446,6 +466,14 @@ impl Default for RetrievalSettings {
             min_similarity: 0.25,
             source_order: Order::Path,
             exact: false,
+            expand: Expand::Off,
+            expand_with: Tier::Medium,
+            expand_tokens: 48,
+            expand_weight: 0.5,
+            rerank: Rerank::Off,
+            rerank_with: Tier::Medium,
+            rerank_candidates: 8,
+            rerank_ms: 10_000,
         }
     }
 }

@@ -175,6 +175,8 @@ fn every_flag_is_a_typed_settings_key() {
             large_top_k: Some(4),
             mode: Some(Mode::Text),
             exact: Some(true),
+            expand: None,
+            rerank: None,
         },
         llm: LlmFlags {
             route: Some(Route::Large),

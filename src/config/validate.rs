@@ -73,7 +73,7 @@ impl Settings {
     }
 
     /// Each float setting with its value and valid range.
-    fn float_ranges(&self) -> [(&'static str, f64, f64, f64); 17] {
+    fn float_ranges(&self) -> [(&'static str, f64, f64, f64); 18] {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
         [
             ("embed.timeout_s", self.embed.timeout_s, 0.1, 86_400.0),
@@ -86,6 +86,7 @@ impl Settings {
             ),
             ("retrieval.rrf_k", r.rrf_k.into(), 0.0, 1e6),
             ("retrieval.vector_weight", r.vector_weight.into(), 0.0, 1e3),
+            ("retrieval.expand_weight", r.expand_weight.into(), 0.0, 1e3),
             ("retrieval.text_weight", r.text_weight.into(), 0.0, 1e3),
             ("retrieval.file_weight", r.file_weight.into(), 0.0, 1e3),
             ("llm.repeat_penalty", l.repeat_penalty.into(), 0.0, 10.0),
@@ -103,7 +104,7 @@ impl Settings {
 
     /// Each integer setting with its value and valid range (`llm.repeat_last_n` shifted by
     /// one, so its -1 fits).
-    fn int_ranges(&self) -> [(&'static str, u64, u64, u64); 22] {
+    fn int_ranges(&self) -> [(&'static str, u64, u64, u64); 25] {
         let (r, l, c) = (&self.retrieval, &self.llm, &self.chunk);
         [
             (
@@ -136,6 +137,14 @@ impl Settings {
             ("retrieval.candidates", r.candidates as u64, 1, 100_000),
             ("retrieval.neighbors", r.neighbors as u64, 0, 1_000),
             ("retrieval.compress", r.compress as u64, 0, 10_000),
+            ("retrieval.expand_tokens", r.expand_tokens.into(), 1, 1_024),
+            (
+                "retrieval.rerank_candidates",
+                r.rerank_candidates as u64,
+                1,
+                64,
+            ),
+            ("retrieval.rerank_ms", r.rerank_ms, 1, 3_600_000),
             ("embed.max_length", self.embed.max_length as u64, 16, 32_768),
             ("embed.batch_size", self.embed.batch_size as u64, 1, 4_096),
             ("llm.n_ctx", l.n_ctx.into(), 0, 1 << 20),

@@ -61,6 +61,42 @@ impl Pooling {
     }
 }
 
+/// What the generator adds to a question before retrieval: `retrieval.expand`, `--expand`.
+/// (Plain comments on the variants: doc comments would turn `--help` into its long form.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Expand {
+    // The question alone.
+    Off,
+    // A short passage that would answer it (HyDE), embedded and searched beside the
+    // question's own vector.
+    Hyde,
+    // Search terms for it, searched by full text beside the question's own words.
+    Keywords,
+    // Both.
+    Both,
+}
+
+impl Expand {
+    pub fn hyde(self) -> bool {
+        matches!(self, Expand::Hyde | Expand::Both)
+    }
+
+    pub fn keywords(self) -> bool {
+        matches!(self, Expand::Keywords | Expand::Both)
+    }
+}
+
+/// Who re-orders the fused candidates: `retrieval.rerank`, `--rerank`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Rerank {
+    // Fusion's order (or the cross-encoder's, where `rerank.model` is set).
+    Off,
+    // A local generator's yes/no judgement of each candidate ([`crate::llm::rerank`]).
+    Generator,
+}
+
 /// Where a generator runs: `llm.backend`, `llm.medium_backend`, `llm.large_backend`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -9,6 +9,7 @@ mod batch;
 mod chat;
 mod draft;
 mod generate;
+mod help;
 mod judge;
 pub mod load;
 mod retrieval;
@@ -66,6 +67,8 @@ pub struct Answerer {
     /// Load generators' vocabularies only: enough to pack prompts (`--dry-run`, eval's
     /// context recall), not to generate.
     vocab_only: bool,
+    /// The last question's expansion and reranking ([`help::Memo`]).
+    memo: Mutex<help::Memo>,
 }
 
 /// One question for [`Answerer::answer`].
@@ -146,7 +149,9 @@ impl Answerer {
             load_ms: Default::default(),
             loading: Mutex::new(()),
             draft: OnceLock::new(),
-            vocab_only,
+            // The generators that help retrieval run, so they need their weights.
+            vocab_only: vocab_only && !helps(settings),
+            memo: Mutex::default(),
         })
     }
 
@@ -154,9 +159,12 @@ impl Answerer {
         &self.settings
     }
 
-    /// Retrieval only: ranked spans and milliseconds.
+    /// Retrieval only (with the generators' help where the settings ask it): ranked spans
+    /// and milliseconds.
     pub fn retrieve(&self, q: &Query) -> Result<(Vec<Ranked>, f64)> {
-        self.retriever.run(q, q.mode)
+        let started = Instant::now();
+        let r = self.helped(q)?;
+        Ok((r.ranked, started.elapsed().as_secs_f64() * 1e3))
     }
 
     /// The slot of generator `tier` (the first one's of those set to the same model),
@@ -316,6 +324,12 @@ impl Answerer {
 
 /// The generator every question of a chat, a server's preload and `bench llm` take: the
 /// one a fixed route names, or the best one `auto` finds within the budget.
+/// Whether retrieval asks a generator's help (`retrieval.expand`, `retrieval.rerank`).
+fn helps(settings: &Settings) -> bool {
+    let r = &settings.retrieval;
+    r.expand != crate::config::Expand::Off || r.rerank != crate::config::Rerank::Off
+}
+
 pub(crate) fn fixed_route(settings: &Settings) -> route::Route {
     let (speed, s) = (speeds(settings), &settings.llm);
     route::route(s.route, None, budget(settings), speed)

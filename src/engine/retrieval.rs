@@ -16,7 +16,7 @@ impl Answerer {
     /// where set, compressed) passages; `question` is what the prompt asks, which
     /// compression keeps the sentences closest to.
     pub fn retrieval(&self, q: &Query, question: &str) -> Result<Retrieval> {
-        let mut r = self.retriever.retrieve(q)?;
+        let mut r = self.helped(q)?;
         self.compress(question, &mut r.passages)?;
         if let Some(fewer) = &mut r.fewer {
             self.compress(question, fewer)?;
@@ -85,8 +85,13 @@ impl Answerer {
                 filter: q.filter.as_deref(),
             })?;
         }
+        let h = retrieval.helped;
         let mut timings = Timings {
             retrieval_ms,
+            expand_ms: h.expand_ms,
+            expand_tokens: h.expand_tokens,
+            rerank_ms: h.rerank_ms,
+            reranked: h.reranked,
             ..Timings::default()
         };
         if should_abstain(ranked, mode, self.settings.retrieval.min_similarity) {

@@ -61,6 +61,9 @@ struct CaseMode {
     /// Whether every answer string is in the packed context (None without strings).
     context_has_answer: Option<bool>,
     prompt_tokens: usize,
+    /// What the generators' help cost this case's retrieval, where asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    helped: Option<crate::retrieve::Helped>,
     #[serde(skip)]
     ranking: metrics::Ranking,
 }
@@ -333,6 +336,7 @@ fn retrieval_case(
             .collect(),
         context_has_answer: metrics::contains_all(&context, &c.case.answer_contains),
         prompt_tokens: prep.packed.prompt_tokens,
+        helped: (retrieval.helped != Default::default()).then_some(retrieval.helped),
         ranking,
     })
 }
@@ -364,6 +368,10 @@ fn summarise_mode(results: &[CaseResult], mode: &str) -> ModeSummary {
                 .map(|m| m.context_has_answer.map(|b| f64::from(u8::from(b)))),
         ),
         prompt_tokens_p50: metrics::percentile(&tokens, 50.0),
+        help_ms_mean: metrics::mean(
+            per.iter()
+                .map(|m| m.helped.map(|h| h.expand_ms + h.rerank_ms)),
+        ),
     }
 }
 

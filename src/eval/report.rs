@@ -19,6 +19,10 @@ pub struct ModeSummary {
     pub context_recall: Option<f64>,
     /// Median prompt tokens of the packed context.
     pub prompt_tokens_p50: Option<f64>,
+    /// Mean milliseconds the generators' help to retrieval took per question
+    /// (`retrieval.expand`, `retrieval.rerank`), where asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub help_ms_mean: Option<f64>,
 }
 
 /// Figures of the generated answers (`--answers`).
@@ -80,6 +84,7 @@ const LOWER_IS_BETTER: &[&str] = &[
 /// Metrics never gated on a regression: machine speed, not quality.
 const NOT_GATED: &[&str] = &[
     "prompt_tokens_p50",
+    "help_ms_mean",
     "prompt_tokens_p95",
     "ttft_ms_p50",
     "ttft_ms_p95",
@@ -107,6 +112,7 @@ pub fn flatten(
             ("ndcg@10", Some(s.ndcg10)),
             ("context_recall", s.context_recall),
             ("prompt_tokens_p50", s.prompt_tokens_p50),
+            ("help_ms_mean", s.help_ms_mean),
         ] {
             if let Some(v) = v {
                 out.insert(format!("{mode}.{name}"), v);
@@ -296,6 +302,16 @@ pub fn table(
             c("ndcg@10", Some(s.ndcg10)),
             c("context_recall", s.context_recall),
             whole(s.prompt_tokens_p50),
+        );
+    }
+    for (mode, ms) in order
+        .iter()
+        .filter_map(|m| Some((m, modes.get(m)?.help_ms_mean?)))
+    {
+        let _ = writeln!(
+            t,
+            "{mode}: the generators' help took {:.2} s per question",
+            ms / 1e3
         );
     }
     if let Some(a) = answers {

@@ -28,6 +28,7 @@ pub mod device;
 mod generator;
 pub mod judge;
 mod remote;
+pub mod rerank;
 mod sample;
 mod session;
 pub mod speculate;

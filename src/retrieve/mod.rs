@@ -11,7 +11,7 @@ use crate::config::Mode;
 use crate::store::{Hit, Store};
 
 mod retriever;
-pub use retriever::{Query, Retrieval, Retriever};
+pub use retriever::{Help, Helped, Query, Rescore, Retrieval, Retriever};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Fusion {
@@ -24,6 +24,8 @@ pub struct Fusion {
     pub candidates: usize,
     /// Best spans widened with their neighbouring chunks.
     pub neighbors: usize,
+    /// Share of its kind's weight each list of a generator's expansion gets.
+    pub expand_weight: f32,
 }
 
 /// A fused result: the chunk, its fused score, and what each retriever said of it.
@@ -45,12 +47,32 @@ pub struct Ranked {
 
 /// Reciprocal rank fusion: score = Σ weight / (k + rank), ranks from 1. Ties break on the
 /// better single rank, then on chunk id, so equal inputs always give equal outputs.
+#[cfg(test)]
 pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
+    fuse_all(&[vector], &[text], f)
+}
+
+/// [`fuse`] over several vector and full-text rankings: the question's own first, then those
+/// of what a generator wrote for it (`retrieval.expand`), each list at its kind's weight.
+/// Scores and ranks shown to people (`-v`, abstention, routing) are the question's own.
+pub fn fuse_all(vectors: &[&[Hit]], texts: &[&[Hit]], f: Fusion) -> Vec<Ranked> {
     let mut by_id: HashMap<&str, Ranked> = HashMap::new();
-    for (list, weight, is_vector) in [
-        (vector, f.vector_weight, true),
-        (text, f.text_weight, false),
-    ] {
+    let lists = (vectors
+        .iter()
+        .enumerate()
+        .map(|(n, l)| (*l, f.vector_weight, true, n == 0)))
+    .chain(
+        texts
+            .iter()
+            .enumerate()
+            .map(|(n, l)| (*l, f.text_weight, false, n == 0)),
+    );
+    for (list, weight, is_vector, own) in lists {
+        let weight = if own {
+            weight
+        } else {
+            weight * f.expand_weight
+        };
         for (i, hit) in list.iter().enumerate() {
             let rank = i + 1;
             let r = by_id.entry(hit.id.as_str()).or_insert_with(|| Ranked {
@@ -63,6 +85,9 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
                 rerank_score: None,
             });
             r.score += weight / (f.k + rank as f32);
+            if !own {
+                continue;
+            }
             if is_vector {
                 r.vector_score = Some(hit.score);
                 r.vector_rank = Some(rank);
@@ -73,25 +98,7 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
         }
     }
     let mut out: Vec<Ranked> = by_id.into_values().collect();
-    if f.file_weight > 0.0 {
-        // The best two scores of each file: a chunk gains from the best *other* chunk of its
-        // file. (A sum over all of them was tried first: long pages with many mediocre
-        // chunks then won every question.)
-        let mut top2: HashMap<String, (f32, f32)> = HashMap::new();
-        for r in &out {
-            let t = top2.entry(r.hit.path.clone()).or_insert((0.0, 0.0));
-            if r.score > t.0 {
-                *t = (r.score, t.0);
-            } else if r.score > t.1 {
-                t.1 = r.score;
-            }
-        }
-        for r in &mut out {
-            let (first, second) = top2[&r.hit.path];
-            let other = if r.score >= first { second } else { first };
-            r.score += f.file_weight * other;
-        }
-    }
+    add_file_signal(&mut out, f.file_weight);
     let best = |r: &Ranked| {
         r.vector_rank
             .unwrap_or(usize::MAX)
@@ -106,6 +113,31 @@ pub fn fuse(vector: &[Hit], text: &[Hit], f: Fusion) -> Vec<Ranked> {
     out
 }
 
+/// The document-level signal (`retrieval.file_weight`): each span gains this share of the
+/// fused score of the best other span of its file.
+fn add_file_signal(out: &mut [Ranked], file_weight: f32) {
+    if file_weight <= 0.0 {
+        return;
+    }
+    // The best two scores of each file: a chunk gains from the best *other* chunk of its
+    // file. (A sum over all of them was tried first: long pages with many mediocre
+    // chunks then won every question.)
+    let mut top2: HashMap<String, (f32, f32)> = HashMap::new();
+    for r in out.iter() {
+        let t = top2.entry(r.hit.path.clone()).or_insert((0.0, 0.0));
+        if r.score > t.0 {
+            *t = (r.score, t.0);
+        } else if r.score > t.1 {
+            t.1 = r.score;
+        }
+    }
+    for r in out.iter_mut() {
+        let (first, second) = top2[&r.hit.path];
+        let other = if r.score >= first { second } else { first };
+        r.score += file_weight * other;
+    }
+}
+
 /// What a reranker reads of a span: its heading path and text, as the embedder did.
 pub fn rerank_text(hit: &Hit) -> String {
     if hit.heading.is_empty() {
@@ -115,9 +147,12 @@ pub fn rerank_text(hit: &Hit) -> String {
     }
 }
 
-/// Orders spans by the reranker's `scores` (one per span, in order); equal scores keep the
-/// fused order, so the result is deterministic.
-pub fn reorder(ranked: Vec<Ranked>, scores: &[f32]) -> Vec<Ranked> {
+/// Orders spans by the reranker's `scores` (one per span, in order, for the first
+/// `scores.len()` of them); equal scores keep the fused order, so the result is
+/// deterministic, and spans past the scored ones (a reranker out of time) follow them in
+/// fused order.
+pub fn reorder(mut ranked: Vec<Ranked>, scores: &[f32]) -> Vec<Ranked> {
+    let rest = ranked.split_off(scores.len().min(ranked.len()));
     let mut out: Vec<Ranked> = ranked
         .into_iter()
         .zip(scores)
@@ -132,7 +167,32 @@ pub fn reorder(ranked: Vec<Ranked>, scores: &[f32]) -> Vec<Ranked> {
             .unwrap_or(f32::MIN)
             .total_cmp(&a.rerank_score.unwrap_or(f32::MIN))
     });
+    out.extend(rest);
     out
+}
+
+/// Orders the first `scores.len()` spans by the sum of their fused rank and their rank by
+/// `scores` (higher first), ties in fused order, the rest after them in fused order: a
+/// generator's judgement moves a span, it does not replace fusion (ordering by the 0.5B's
+/// P(yes) alone halved hit@1 on Bash dev, docs/quality.md).
+pub fn blend(mut ranked: Vec<Ranked>, scores: &[f32]) -> Vec<Ranked> {
+    let rest = ranked.split_off(scores.len().min(ranked.len()));
+    let mut by_score: Vec<usize> = (0..ranked.len()).collect();
+    by_score.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut rank = vec![0; ranked.len()];
+    for (r, &i) in by_score.iter().enumerate() {
+        rank[i] = r;
+    }
+    let mut out: Vec<(usize, Ranked)> = ranked
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.rerank_score = Some(scores[i]);
+            (i + rank[i], r)
+        })
+        .collect();
+    out.sort_by_key(|(sum, _)| *sum);
+    out.into_iter().map(|(_, r)| r).chain(rest).collect()
 }
 
 /// Merges results that overlap or touch in one file into one span (kept at the better
@@ -248,25 +308,41 @@ pub fn narrow(scope: Option<&str>, more: Option<String>) -> Option<String> {
 
 /// Retrieves up to `k` spans for `query`. Each retriever is asked for more than `k`, since
 /// fusion and merging need candidates from both lists.
+/// What one retrieval searches with: the query's words and vector, then what a generator
+/// wrote for it (`retrieval.expand`): more vectors searched beside the query's, more texts
+/// searched by full text beside its words.
+#[derive(Debug, Clone, Copy)]
+pub struct Searched<'a> {
+    pub text: &'a str,
+    pub vector: Option<&'a [f32]>,
+    pub more_vectors: &'a [Vec<f32>],
+    pub more_texts: &'a [String],
+}
+
 pub fn retrieve(
     store: &Store,
-    query: &str,
-    vector: Option<&[f32]>,
+    s: Searched<'_>,
     mode: Mode,
     k: usize,
     fusion: Fusion,
     filter: Option<&str>,
 ) -> Result<Vec<Ranked>> {
     let depth = fusion.candidates.max(k * 2);
-    let vec_hits = match (mode, vector) {
-        (Mode::Hybrid | Mode::Vector, Some(v)) => store.vector_search(v, depth, filter)?,
-        _ => Vec::new(),
-    };
-    let text_hits = match mode {
-        Mode::Hybrid | Mode::Text => store.text_search(query, depth, filter)?,
-        Mode::Vector => Vec::new(),
-    };
-    let mut ranked = merge_adjacent(fuse(&vec_hits, &text_hits, fusion));
+    let mut vec_hits = Vec::new();
+    if let (Mode::Hybrid | Mode::Vector, Some(v)) = (mode, s.vector) {
+        for v in std::iter::once(v).chain(s.more_vectors.iter().map(Vec::as_slice)) {
+            vec_hits.push(store.vector_search(v, depth, filter)?);
+        }
+    }
+    let mut text_hits = Vec::new();
+    if let Mode::Hybrid | Mode::Text = mode {
+        for t in std::iter::once(s.text).chain(s.more_texts.iter().map(String::as_str)) {
+            text_hits.push(store.text_search(t, depth, filter)?);
+        }
+    }
+    let vectors: Vec<&[Hit]> = vec_hits.iter().map(Vec::as_slice).collect();
+    let texts: Vec<&[Hit]> = text_hits.iter().map(Vec::as_slice).collect();
+    let mut ranked = merge_adjacent(fuse_all(&vectors, &texts, fusion));
     ranked.truncate(k);
     Ok(ranked)
 }
@@ -347,6 +423,7 @@ mod tests {
         file_weight: 0.0,
         candidates: 20,
         neighbors: 0,
+        expand_weight: 1.0,
     };
 
     #[test]
@@ -388,6 +465,7 @@ mod tests {
                 file_weight: 0.0,
                 candidates: 10,
                 neighbors: 0,
+                expand_weight: 1.0,
             },
         );
         let out = reorder(ranked, &[0.1, 2.0, 0.1, -1.0]);
@@ -395,6 +473,54 @@ mod tests {
         assert_eq!(ids, ["b", "a", "c", "d"]);
         assert_eq!(out[0].rerank_score, Some(2.0));
         assert!(out[0].vector_rank == Some(2), "fused ranks are kept for -v");
+    }
+
+    #[test]
+    fn a_reranker_out_of_time_leaves_the_unscored_in_fused_order() {
+        let ids = ["a", "b", "c", "d"];
+        let hits: Vec<Hit> = ids.iter().map(|i| hit(i, i, (1, 2), i)).collect();
+        let out = reorder(fuse(&hits, &[], F), &[0.2, 0.9]);
+        let got: Vec<&str> = out.iter().map(|r| r.hit.id.as_str()).collect();
+        assert_eq!(got, ["b", "a", "c", "d"]);
+        assert_eq!(out[2].rerank_score, None);
+    }
+
+    #[test]
+    fn expansion_lists_add_to_the_fused_score_but_not_to_the_question_s_own_figures() {
+        let (a, b, c) = (
+            hit("a", "x", (1, 2), "a"),
+            hit("b", "y", (1, 2), "b"),
+            hit("c", "z", (1, 2), "c"),
+        );
+        let own = [a.clone(), b.clone()];
+        let more = [c.clone(), b.clone()];
+        let plain = fuse(&own, &[], F);
+        assert_eq!(plain[0].hit.id, "a");
+        let fused = fuse_all(&[&own, &more], &[], F);
+        // b: rank 2 in the question's list and 2 in the expansion's; a: rank 1 once.
+        assert_eq!(fused[0].hit.id, "b");
+        assert_eq!(fused[0].vector_rank, Some(2), "the question's own rank");
+        let c_only = fused.iter().find(|r| r.hit.id == "c").unwrap();
+        assert_eq!((c_only.vector_rank, c_only.vector_score), (None, None));
+        let texts = fuse_all(&[], &[&[a.clone()], &[c.clone(), a]], F);
+        assert_eq!(texts[0].hit.id, "a");
+        assert_eq!(texts[0].text_rank, Some(1));
+    }
+
+    #[test]
+    fn blending_moves_a_span_by_the_generator_s_rank_without_replacing_fusion() {
+        let ids = ["a", "b", "c", "d", "e"];
+        let hits: Vec<Hit> = ids.iter().map(|i| hit(i, i, (1, 2), i)).collect();
+        // Judged in reverse of fusion: every sum is 3, so fused order stands; e was not
+        // judged. Then d judged best and c worst: d (3 + 0) passes c (2 + 3).
+        let out = blend(fuse(&hits, &[], F), &[0.1, 0.2, 0.3, 0.9]);
+        let got: Vec<&str> = out.iter().map(|r| r.hit.id.as_str()).collect();
+        assert_eq!(got, ["a", "b", "c", "d", "e"]);
+        let out = blend(fuse(&hits, &[], F), &[0.1, 0.2, 0.05, 0.9]);
+        let got: Vec<&str> = out.iter().map(|r| r.hit.id.as_str()).collect();
+        assert_eq!(got, ["a", "b", "d", "c", "e"]);
+        assert_eq!(out[2].rerank_score, Some(0.9));
+        assert_eq!(out[4].rerank_score, None);
     }
 
     #[test]

@@ -36,7 +36,40 @@ fn fusion(s: &Settings) -> Fusion {
         file_weight: s.retrieval.file_weight,
         candidates: s.retrieval.candidates,
         neighbors: s.retrieval.neighbors,
+        expand_weight: s.retrieval.expand_weight,
     }
+}
+
+/// What a generator adds to one retrieval (`retrieval.expand`, `retrieval.rerank`), made by
+/// the engine, which holds the generators.
+#[derive(Default)]
+pub struct Help<'a> {
+    /// Passages a generator wrote for the query: embedded and searched beside its vector.
+    pub passages: Vec<String>,
+    /// Search terms it wrote: searched by full text beside the query's words.
+    pub terms: Vec<String>,
+    /// Re-orders the best fused candidates.
+    pub rescorer: Option<&'a dyn Rescore>,
+}
+
+/// A reranker the engine lends the retriever: a generator's judgement of each candidate.
+pub trait Rescore {
+    /// How many of the best fused candidates it scores.
+    fn candidates(&self) -> usize;
+    /// A score per passage (higher is more relevant), for the first ones in order: fewer
+    /// than asked where it ran out of time.
+    fn scores(&self, query: &str, passages: &[String]) -> Result<Vec<f32>>;
+}
+
+/// What the generators' help cost one retrieval (`--json`, `--stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Helped {
+    /// Writing the expansion (`retrieval.expand`), and the tokens written.
+    pub expand_ms: f64,
+    pub expand_tokens: usize,
+    /// Reranking (`retrieval.rerank`), and the candidates scored.
+    pub rerank_ms: f64,
+    pub reranked: usize,
 }
 
 /// What one retrieval gives an answer ([`Retriever::retrieve`]): the ranked spans, as
@@ -51,6 +84,8 @@ pub struct Retrieval {
     /// The passages of the best `retrieval.large_top_k` spans alone (what the large
     /// generator reads), merged among themselves only; `None` where that is all of them.
     pub fewer: Option<Vec<Ranked>>,
+    /// What the generators' help cost it.
+    pub helped: Helped,
 }
 
 impl Retrieval {
@@ -169,14 +204,15 @@ impl Retriever {
 
     /// Retrieves for `q` what an answer reads, in one call: the ranked spans and, from
     /// them, the widened passages, for every generator.
-    pub fn retrieve(&self, q: &Query) -> Result<Retrieval> {
-        let (ranked, _) = self.run(q, q.mode)?;
+    pub fn retrieve(&self, q: &Query, help: &Help<'_>) -> Result<Retrieval> {
+        let (ranked, helped) = self.run_with(q, q.mode, help)?;
         let widened = super::widen_best(&self.store(), &ranked, self.fusion.neighbors)?;
         let (passages, fewer) = super::passages(widened, self.large_top_k);
         Ok(Retrieval {
             passages,
             fewer,
             ranked,
+            helped,
         })
     }
 
@@ -192,22 +228,44 @@ impl Retriever {
         }
     }
 
-    /// Retrieves for `q`; returns the ranked spans and the milliseconds it took.
-    pub fn run(&self, q: &Query, mode: Mode) -> Result<(Vec<Ranked>, f64)> {
+    /// Retrieves for `q` with what a generator wrote for it, reranked where `help` lends a
+    /// reranker.
+    pub fn run_with(
+        &self,
+        q: &Query,
+        mode: Mode,
+        help: &Help<'_>,
+    ) -> Result<(Vec<Ranked>, Helped)> {
         let started = Instant::now();
-        let vector = match (&self.embedder, mode) {
-            (Some(e), Mode::Hybrid | Mode::Vector) => Some(lock(e).embed_query(&q.text)?),
-            _ => None,
+        let (vector, more_vectors) = match (&self.embedder, mode) {
+            (Some(e), Mode::Hybrid | Mode::Vector) => {
+                let mut e = lock(e);
+                let more = if help.passages.is_empty() {
+                    Vec::new()
+                } else {
+                    e.embed(&help.passages)?
+                };
+                (Some(e.embed_query(&q.text)?), more)
+            }
+            _ => (None, Vec::new()),
         };
-        // With a reranker, fusion only proposes candidates; the cross-encoder picks the top_k.
-        let depth = match &self.reranker {
+        // With a reranker, fusion only proposes candidates; the reranker picks the top_k.
+        let mut depth = match &self.reranker {
             Some(r) => lock(r).candidates.max(q.top_k),
             None => q.top_k,
         };
+        if let Some(r) = help.rescorer {
+            depth = depth.max(r.candidates());
+        }
+        let searched = super::Searched {
+            text: &q.text,
+            vector: vector.as_deref(),
+            more_vectors: &more_vectors,
+            more_texts: &help.terms,
+        };
         let mut ranked = super::retrieve(
             &self.store(),
-            &q.text,
-            vector.as_deref(),
+            searched,
             mode,
             depth,
             self.fusion,
@@ -217,10 +275,38 @@ impl Retriever {
             let passages: Vec<String> = ranked.iter().map(|x| super::rerank_text(&x.hit)).collect();
             let scores = lock(r).scores(&q.text, &passages)?;
             ranked = super::reorder(ranked, &scores);
-            ranked.truncate(q.top_k);
         }
+        let mut helped = Helped::default();
+        if let Some(r) = help.rescorer {
+            (ranked, helped) = rescore(ranked, &q.text, r)?;
+        }
+        ranked.truncate(q.top_k);
         let ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::info!(?mode, hits = ranked.len(), ms, "retrieved");
-        Ok((ranked, ms))
+        Ok((ranked, helped))
     }
+}
+
+/// The best of `ranked` re-ordered by a generator's scores (`retrieval.rerank`), and what
+/// that cost.
+fn rescore(ranked: Vec<Ranked>, query: &str, r: &dyn Rescore) -> Result<(Vec<Ranked>, Helped)> {
+    let at = Instant::now();
+    let n = r.candidates().min(ranked.len());
+    let passages: Vec<String> = ranked[..n]
+        .iter()
+        .map(|x| super::rerank_text(&x.hit))
+        .collect();
+    let scores = r.scores(query, &passages)?;
+    let helped = Helped {
+        reranked: scores.len(),
+        ..Helped::default()
+    };
+    let ranked = super::blend(ranked, &scores);
+    Ok((
+        ranked,
+        Helped {
+            rerank_ms: at.elapsed().as_secs_f64() * 1e3,
+            ..helped
+        },
+    ))
 }

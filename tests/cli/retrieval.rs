@@ -182,3 +182,101 @@ fn past_ann_min_rows_ingest_builds_an_ann_index_that_search_uses_unless_exact() 
     let hits = p.json(&["search", "--json", "resume a stopped download partial file"]);
     assert!(hits.to_string().contains("docs/extra.md"), "{hits}");
 }
+
+fn search_with(p: &Project, env: &[(&str, &str)], flags: &[&str]) -> serde_json::Value {
+    let mut args = vec!["search", "--json"];
+    if !flags.contains(&"-k") {
+        args.extend(["-k", "3"]);
+    }
+    args.extend_from_slice(flags);
+    args.push("How does the lighthouse lamp rotate?");
+    let (code, out, err) = p.run_env(env, &args);
+    assert_eq!(code, 0, "rag {args:?}: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// `--expand` and `--rerank` with a real generator (the 135M, so the test stays short): it
+/// writes for the question and judges the candidates; `rag search` still finds the page,
+/// reranking only re-orders the fused candidates, and `rag ask --json` says what the help
+/// cost. A rerank budget of 1 ms scores one batch and keeps the rest in fused order.
+#[test]
+fn generators_help_retrieval_when_asked() {
+    let p = Project::with_docs();
+    p.ingest();
+    let small = [
+        ("RAG_RETRIEVAL_EXPAND_WITH", "small"),
+        ("RAG_RETRIEVAL_RERANK_WITH", "small"),
+    ];
+    let plain = search_with(&p, &small, &[]);
+    let expanded = search_with(&p, &small, &["--expand=both"]);
+    for v in [&plain, &expanded] {
+        assert!(
+            crate::support::hit_paths(v)
+                .iter()
+                .any(|h| h.contains("lighthouse")),
+            "{v}"
+        );
+    }
+    // Reranking the best 8 of the fused list and keeping 3: the same 8 candidates, so the
+    // 3 kept are among the plain top 8, and each carries the generator's P(yes).
+    let top8: Vec<_> = spans(&search_with(&p, &small, &["-k", "8"]));
+    let reranked = search_with(&p, &small, &["--rerank"]);
+    for s in spans(&reranked) {
+        assert!(
+            top8.contains(&s),
+            "{s:?} is not a fused candidate: {top8:?}"
+        );
+    }
+    let q = "How does the lighthouse lamp rotate?";
+    let (code, out, err) = p.run_env(
+        &small,
+        &[
+            "ask",
+            "--json",
+            "-k",
+            "3",
+            "--expand",
+            "--rerank",
+            "--max-tokens",
+            "24",
+            q,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let t = &v["timings"];
+    assert!(t["expand_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(t["expand_tokens"].as_u64().unwrap() > 0, "{v}");
+    assert!(t["rerank_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(t["reranked"].as_u64().unwrap() >= 3, "{v}");
+    // Out of time at once: one decode call's candidates are scored, the rest keep their
+    // fused order, and the answer goes on.
+    let mut hurried = small.to_vec();
+    hurried.push(("RAG_RETRIEVAL_RERANK_MS", "1"));
+    hurried.push(("RAG_LLM_N_BATCH", "16"));
+    let (code, out, err) = p.run_env(
+        &hurried,
+        &[
+            "ask",
+            "--json",
+            "-k",
+            "3",
+            "--rerank",
+            "--max-tokens",
+            "24",
+            q,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let scored = v["timings"]["reranked"].as_u64().unwrap();
+    assert!((1..8).contains(&scored), "{v}");
+    // Without the flags, nothing is asked of a generator and nothing is reported.
+    let (_, out, _) = p.run_env(
+        &small,
+        &["ask", "--json", "-k", "3", "--max-tokens", "24", q],
+    );
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["timings"].get("expand_ms").is_none(), "{v}");
+    assert!(v["timings"].get("reranked").is_none(), "{v}");
+}
