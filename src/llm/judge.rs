@@ -64,21 +64,29 @@ impl Verdicts {
 
 /// The judge's prompt for one cited sentence: the source, then the sentence and the question.
 pub fn messages(source: &str, sentence: &str) -> Vec<Message> {
+    yes_or_no(
+        INSTRUCTIONS,
+        [
+            "Source:\n",
+            source.trim(),
+            "\n\nSentence: ",
+            sentence.trim(),
+            "\n\nIs every fact in the sentence stated in the source? Answer yes or no.",
+        ],
+    )
+}
+
+/// A yes-or-no prompt: `instructions` as the system message, `parts` as the user's (each
+/// tokenized on its own, [`Message`]).
+pub fn yes_or_no<const N: usize>(instructions: &str, parts: [&str; N]) -> Vec<Message> {
     vec![
         Message {
             role: "system",
-            parts: vec![INSTRUCTIONS.to_string()],
+            parts: vec![instructions.to_string()],
         },
         Message {
             role: "user",
-            parts: vec![
-                "Source:\n".to_string(),
-                source.trim().to_string(),
-                "\n\nSentence: ".to_string(),
-                sentence.trim().to_string(),
-                "\n\nIs every fact in the sentence stated in the source? Answer yes or no."
-                    .to_string(),
-            ],
+            parts: parts.iter().map(|p| p.to_string()).collect(),
         },
     ]
 }

@@ -30,22 +30,16 @@ answer no if it is about something else. Answer with one word: yes or no.";
 
 /// The reranker's prompt for one candidate.
 pub fn messages(question: &str, passage: &str) -> Vec<Message> {
-    vec![
-        Message {
-            role: "system",
-            parts: vec![INSTRUCTIONS.to_string()],
-        },
-        Message {
-            role: "user",
-            parts: vec![
-                "Question: ".to_string(),
-                question.trim().to_string(),
-                "\n\nPassage:\n".to_string(),
-                passage.trim().to_string(),
-                "\n\nDoes the passage answer the question? Answer yes or no.".to_string(),
-            ],
-        },
-    ]
+    super::judge::yes_or_no(
+        INSTRUCTIONS,
+        [
+            "Question: ",
+            question.trim(),
+            "\n\nPassage:\n",
+            passage.trim(),
+            "\n\nDoes the passage answer the question? Answer yes or no.",
+        ],
+    )
 }
 
 /// What scoring the candidates did.

@@ -190,9 +190,15 @@ fn search_with(p: &Project, env: &[(&str, &str)], flags: &[&str]) -> serde_json:
     }
     args.extend_from_slice(flags);
     args.push("How does the lighthouse lamp rotate?");
-    let (code, out, err) = p.run_env(env, &args);
-    assert_eq!(code, 0, "rag {args:?}: {err}");
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+    p.json_env(env, &args)
+}
+
+/// `rag ask --json -k 3 --max-tokens 24 FLAGS` on the lighthouse question: its timings.
+fn ask_timings(p: &Project, env: &[(&str, &str)], flags: &[&str]) -> serde_json::Value {
+    let mut args = vec!["ask", "--json", "-k", "3", "--max-tokens", "24"];
+    args.extend_from_slice(flags);
+    args.push("How does the lighthouse lamp rotate?");
+    p.json_env(env, &args)["timings"].clone()
 }
 
 /// `--expand` and `--rerank` with a real generator (the 135M, so the test stays short): it
@@ -227,56 +233,20 @@ fn generators_help_retrieval_when_asked() {
             "{s:?} is not a fused candidate: {top8:?}"
         );
     }
-    let q = "How does the lighthouse lamp rotate?";
-    let (code, out, err) = p.run_env(
-        &small,
-        &[
-            "ask",
-            "--json",
-            "-k",
-            "3",
-            "--expand",
-            "--rerank",
-            "--max-tokens",
-            "24",
-            q,
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let t = &v["timings"];
-    assert!(t["expand_ms"].as_f64().unwrap() > 0.0, "{v}");
-    assert!(t["expand_tokens"].as_u64().unwrap() > 0, "{v}");
-    assert!(t["rerank_ms"].as_f64().unwrap() > 0.0, "{v}");
-    assert!(t["reranked"].as_u64().unwrap() >= 3, "{v}");
+    let t = ask_timings(&p, &small, &["--expand", "--rerank"]);
+    assert!(t["expand_ms"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["expand_tokens"].as_u64().unwrap() > 0, "{t}");
+    assert!(t["rerank_ms"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["reranked"].as_u64().unwrap() >= 3, "{t}");
     // Out of time at once: one decode call's candidates are scored, the rest keep their
     // fused order, and the answer goes on.
     let mut hurried = small.to_vec();
     hurried.push(("RAG_RETRIEVAL_RERANK_MS", "1"));
     hurried.push(("RAG_LLM_N_BATCH", "16"));
-    let (code, out, err) = p.run_env(
-        &hurried,
-        &[
-            "ask",
-            "--json",
-            "-k",
-            "3",
-            "--rerank",
-            "--max-tokens",
-            "24",
-            q,
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    let scored = v["timings"]["reranked"].as_u64().unwrap();
-    assert!((1..8).contains(&scored), "{v}");
+    let t = ask_timings(&p, &hurried, &["--rerank"]);
+    assert!((1..8).contains(&t["reranked"].as_u64().unwrap()), "{t}");
     // Without the flags, nothing is asked of a generator and nothing is reported.
-    let (_, out, _) = p.run_env(
-        &small,
-        &["ask", "--json", "-k", "3", "--max-tokens", "24", q],
-    );
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert!(v["timings"].get("expand_ms").is_none(), "{v}");
-    assert!(v["timings"].get("reranked").is_none(), "{v}");
+    let t = ask_timings(&p, &small, &[]);
+    assert!(t.get("expand_ms").is_none(), "{t}");
+    assert!(t.get("reranked").is_none(), "{t}");
 }

@@ -99,7 +99,12 @@ impl Project {
     }
 
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
-        let (code, out, err) = self.run(args);
+        self.json_env(&[], args)
+    }
+
+    /// [`Project::json`] with environment variables set.
+    pub fn json_env(&self, env: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+        let (code, out, err) = self.run_env(env, args);
         assert!(
             code == 0 || code == 7,
             "rag {args:?} exited {code}\nstdout: {out}\nstderr: {err}"
