@@ -10,8 +10,8 @@ use anyhow::{bail, Result};
 
 use super::Answerer;
 use crate::config::{Expand, Mode, Rerank, Tier};
-use crate::llm::{judge::Verdicts, rerank, ContextParams, Generator, Llm, Message, Sampling};
-use crate::retrieve::{Help, Query, Rescore, Retrieval};
+use crate::llm::{chat, judge::Verdicts, rerank, ContextParams, Generator, Llm, Sampling};
+use crate::retrieve::{Help, Query, Ranked, Rescore, Retrieval};
 
 /// What the expansion generator is told for each kind: short, in the documentation's words.
 const HYDE: &str = "You write a short passage of technical documentation that answers the \
@@ -50,11 +50,31 @@ pub(super) struct Memo {
 }
 
 impl Answerer {
-    /// Retrieves for `q` with the help the settings ask of the generators.
+    /// Retrieves for `q` what an answer reads, with the help the settings ask of the
+    /// generators.
     pub(super) fn helped(&self, q: &Query) -> Result<Retrieval> {
-        let r = &self.settings.retrieval;
+        let (mut out, expansion) = self.with_help(q, |h| self.retriever.retrieve(q, h))?;
+        out.helped.expand_ms = expansion.ms;
+        out.helped.expand_tokens = expansion.tokens;
+        Ok(out)
+    }
+
+    /// The ranked spans alone (`rag search`, eval's ranks), with the same help: no passages
+    /// widened.
+    pub(super) fn helped_ranked(&self, q: &Query) -> Result<Vec<Ranked>> {
+        let ((ranked, _), _) = self.with_help(q, |h| self.retriever.run_with(q, q.mode, h))?;
+        Ok(ranked)
+    }
+
+    /// Runs `search` with what the expansion generator wrote for `q` and the reranker the
+    /// settings ask for; its result, and the expansion.
+    fn with_help<T>(
+        &self,
+        q: &Query,
+        search: impl FnOnce(&Help<'_>) -> Result<T>,
+    ) -> Result<(T, Expansion)> {
         let expansion = self.expansion(&q.text, q.mode)?;
-        let reranker = match r.rerank {
+        let reranker = match self.settings.retrieval.rerank {
             Rerank::Generator => Some(self.reranker()?),
             Rerank::Off => None,
         };
@@ -63,10 +83,7 @@ impl Answerer {
             terms: expansion.terms.clone(),
             rescorer: reranker.as_ref().map(|x| x as &dyn Rescore),
         };
-        let mut out = self.retriever.retrieve(q, &help)?;
-        out.helped.expand_ms = expansion.ms;
-        out.helped.expand_tokens = expansion.tokens;
-        Ok(out)
+        Ok((search(&help)?, expansion))
     }
 
     /// A local generator of `tier` with weights, for `what` (a setting's name in errors).
@@ -106,8 +123,7 @@ impl Answerer {
             (r.expand.keywords() && mode != Mode::Vector, TERMS),
         ];
         for (_, instructions) in asked.into_iter().filter(|(on, _)| *on) {
-            let tokens =
-                llm.chat_tokens(&[message("system", instructions), message("user", question)])?;
+            let tokens = llm.chat_tokens(&chat(instructions, [question.trim()]))?;
             // The instructions come back from the persistent prompt cache after the first
             // question (a state of theirs is saved with every prompt).
             self.prefill(&mut session, loaded, &tokens, EXPAND_CTX, true, &mut |_| {
@@ -144,13 +160,6 @@ impl Answerer {
             params,
             verdicts: Verdicts::of(llm),
         })
-    }
-}
-
-fn message(role: &'static str, text: &str) -> Message {
-    Message {
-        role,
-        parts: vec![text.trim().to_string()],
     }
 }
 

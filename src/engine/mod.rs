@@ -163,8 +163,8 @@ impl Answerer {
     /// and milliseconds.
     pub fn retrieve(&self, q: &Query) -> Result<(Vec<Ranked>, f64)> {
         let started = Instant::now();
-        let r = self.helped(q)?;
-        Ok((r.ranked, started.elapsed().as_secs_f64() * 1e3))
+        let ranked = self.helped_ranked(q)?;
+        Ok((ranked, started.elapsed().as_secs_f64() * 1e3))
     }
 
     /// The slot of generator `tier` (the first one's of those set to the same model),
@@ -322,14 +322,14 @@ impl Answerer {
     }
 }
 
-/// The generator every question of a chat, a server's preload and `bench llm` take: the
-/// one a fixed route names, or the best one `auto` finds within the budget.
 /// Whether retrieval asks a generator's help (`retrieval.expand`, `retrieval.rerank`).
 fn helps(settings: &Settings) -> bool {
     let r = &settings.retrieval;
     r.expand != crate::config::Expand::Off || r.rerank != crate::config::Rerank::Off
 }
 
+/// The generator every question of a chat, a server's preload and `bench llm` take: the
+/// one a fixed route names, or the best one `auto` finds within the budget.
 pub(crate) fn fixed_route(settings: &Settings) -> route::Route {
     let (speed, s) = (speeds(settings), &settings.llm);
     route::route(s.route, None, budget(settings), speed)

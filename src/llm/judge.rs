@@ -64,7 +64,7 @@ impl Verdicts {
 
 /// The judge's prompt for one cited sentence: the source, then the sentence and the question.
 pub fn messages(source: &str, sentence: &str) -> Vec<Message> {
-    yes_or_no(
+    super::chat(
         INSTRUCTIONS,
         [
             "Source:\n",
@@ -74,21 +74,6 @@ pub fn messages(source: &str, sentence: &str) -> Vec<Message> {
             "\n\nIs every fact in the sentence stated in the source? Answer yes or no.",
         ],
     )
-}
-
-/// A yes-or-no prompt: `instructions` as the system message, `parts` as the user's (each
-/// tokenized on its own, [`Message`]).
-pub fn yes_or_no<const N: usize>(instructions: &str, parts: [&str; N]) -> Vec<Message> {
-    vec![
-        Message {
-            role: "system",
-            parts: vec![instructions.to_string()],
-        },
-        Message {
-            role: "user",
-            parts: parts.iter().map(|p| p.to_string()).collect(),
-        },
-    ]
 }
 
 /// P(yes) that `source` states what `sentence` says, on `session` (whose KV cache then holds

@@ -64,6 +64,21 @@ pub struct Message {
     pub parts: Vec<String>,
 }
 
+/// A prompt of two messages: `system`, then the user's `parts` (each tokenized on its own,
+/// [`Message`]): what the citation judge, the reranker and query expansion send.
+pub fn chat<const N: usize>(system: &str, parts: [&str; N]) -> Vec<Message> {
+    vec![
+        Message {
+            role: "system",
+            parts: vec![system.to_string()],
+        },
+        Message {
+            role: "user",
+            parts: parts.iter().map(|p| p.to_string()).collect(),
+        },
+    ]
+}
+
 /// How the context is built.
 #[derive(Debug, Clone)]
 pub struct ContextParams {

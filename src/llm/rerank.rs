@@ -30,7 +30,7 @@ answer no if it is about something else. Answer with one word: yes or no.";
 
 /// The reranker's prompt for one candidate.
 pub fn messages(question: &str, passage: &str) -> Vec<Message> {
-    super::judge::yes_or_no(
+    super::chat(
         INSTRUCTIONS,
         [
             "Question: ",

@@ -306,8 +306,6 @@ pub fn narrow(scope: Option<&str>, more: Option<String>) -> Option<String> {
     }
 }
 
-/// Retrieves up to `k` spans for `query`. Each retriever is asked for more than `k`, since
-/// fusion and merging need candidates from both lists.
 /// What one retrieval searches with: the query's words and vector, then what a generator
 /// wrote for it (`retrieval.expand`): more vectors searched beside the query's, more texts
 /// searched by full text beside its words.
@@ -319,6 +317,8 @@ pub struct Searched<'a> {
     pub more_texts: &'a [String],
 }
 
+/// Retrieves up to `k` spans for `s`. Each retriever is asked for more than `k`, since
+/// fusion and merging need candidates from every list.
 pub fn retrieve(
     store: &Store,
     s: Searched<'_>,

@@ -299,14 +299,8 @@ fn rescore(ranked: Vec<Ranked>, query: &str, r: &dyn Rescore) -> Result<(Vec<Ran
     let scores = r.scores(query, &passages)?;
     let helped = Helped {
         reranked: scores.len(),
+        rerank_ms: at.elapsed().as_secs_f64() * 1e3,
         ..Helped::default()
     };
-    let ranked = super::blend(ranked, &scores);
-    Ok((
-        ranked,
-        Helped {
-            rerank_ms: at.elapsed().as_secs_f64() * 1e3,
-            ..helped
-        },
-    ))
+    Ok((super::blend(ranked, &scores), helped))
 }
