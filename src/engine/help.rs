@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::Answerer;
 use crate::config::{Expand, Mode, Rerank, Tier};
@@ -88,7 +88,13 @@ impl Answerer {
 
     /// A local generator of `tier` with weights, for `what` (a setting's name in errors).
     fn helper(&self, tier: Tier, what: &str) -> Result<(&Generator, &Llm, ContextParams)> {
-        let loaded = self.loaded(self.model(tier)?);
+        let slot = self.model(tier).with_context(|| {
+            format!(
+                "{what} asks the {} generator ({what}_with), which cannot be loaded; fetch it (`rag models fetch --large`) or set {what}_with to an installed one",
+                tier.name()
+            )
+        })?;
+        let loaded = self.loaded(slot);
         let Some((llm, _)) = loaded.local() else {
             bail!(
                 "{what} needs a local generator and the {} one is served remotely; set {what}_with to a local one or turn {what} off",
