@@ -412,6 +412,9 @@ fn config_with_a_file_a_variable_and_a_flag() {
     let p = Project::empty();
     let out = p
         .rag()
+        // Only this test's variable: not the threads every test pins (support::Project::rag).
+        .env_remove("RAG_LLM_THREADS")
+        .env_remove("RAG_LLM_THREADS_BATCH")
         .env("RAG_RETRIEVAL_TOP_K", "7")
         .args(["--index", "elsewhere", "config"])
         .output()

@@ -39,11 +39,6 @@ fn ask(p: &Project, route: &str, mode: &str, question: &str) -> serde_json::Valu
         ),
         // The cache would hand the second run the first one's prefill: each run starts cold.
         ("RAG_LLM_PROMPT_CACHE_MB", "0".to_string()),
-        // The same threads for every run: with `llm.threads = 0` a busy machine gives a run
-        // fewer (engine::load::fit), other threads split the sums otherwise, and a near tie
-        // flipped ("on page 17" for "on the … page") with a test beside this one.
-        ("RAG_LLM_THREADS", "2".to_string()),
-        ("RAG_LLM_THREADS_BATCH", "2".to_string()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let (code, out, err) = p.run_env(

@@ -74,7 +74,13 @@ impl Project {
         cmd.current_dir(self.path())
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("XDG_DATA_HOME", self.path().join(".no-user-data"));
+            .env("XDG_DATA_HOME", self.path().join(".no-user-data"))
+            // The same threads for every run: with `llm.threads = 0` a busy machine gives a
+            // run fewer (engine::load::fit), other threads split the sums otherwise, and tests
+            // that compare two answers byte for byte (prompt cache, batch, speculation) saw a
+            // near tie flip with an eval beside them. A test may still set its own.
+            .env("RAG_LLM_THREADS", "2")
+            .env("RAG_LLM_THREADS_BATCH", "2");
         cmd
     }
 
