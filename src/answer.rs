@@ -38,6 +38,11 @@ pub struct Timings {
     pub rerank_ms: f64,
     #[serde(default, skip_serializing_if = "is_zero_count")]
     pub reranked: usize,
+    /// Help this answer reused from a retrieval of the same question just before it (eval's
+    /// ranks), so neither the expansion nor the reranking above counts it: what a person
+    /// asking once would also wait for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub help_reused_ms: f64,
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub prefill_ms: f64,
@@ -153,7 +158,7 @@ pub enum Event<'a> {
     Piece(&'a str),
 }
 
-fn is_zero(x: &f64) -> bool {
+pub(crate) fn is_zero(x: &f64) -> bool {
     *x == 0.0
 }
 

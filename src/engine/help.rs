@@ -4,12 +4,13 @@
 //! candidates after (`retrieval.rerank = "generator"`, [`crate::llm::rerank`]). The
 //! retriever searches and re-orders; this module only writes and scores.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 use super::Answerer;
-use crate::config::{Expand, Mode, Rerank, Tier};
+use crate::config::{Mode, Rerank, Tier};
 use crate::llm::{chat, judge::Verdicts, rerank, ContextParams, Generator, Llm, Sampling};
 use crate::retrieve::{Help, Query, Ranked, Rescore, Retrieval};
 
@@ -39,40 +40,51 @@ pub(super) struct Expansion {
     terms: Vec<String>,
     ms: f64,
     tokens: usize,
+    /// Taken from [`Memo`]: `ms` was spent by an earlier retrieval, not this one.
+    reused: bool,
 }
 
 /// The last question's expansion and reranking, so a second retrieval of the same question
-/// (eval's ranks from the top 10 beside the packed top 5) writes and scores nothing again.
+/// (eval's ranks from the top 10 beside the packed top 5, then its answer) writes and scores
+/// nothing again; each with what it cost.
 #[derive(Default)]
 pub(super) struct Memo {
-    expansion: Option<(String, Expansion)>,
-    scores: Option<(String, Vec<String>, Vec<f32>)>,
+    /// Keyed by the question and the kinds written (a vector search asks no terms).
+    expansion: Option<(String, [bool; 2], Expansion)>,
+    scores: Option<(String, Vec<String>, Vec<f32>, f64)>,
 }
 
 impl Answerer {
     /// Retrieves for `q` what an answer reads, with the help the settings ask of the
     /// generators.
     pub(super) fn helped(&self, q: &Query) -> Result<Retrieval> {
-        let (mut out, expansion) = self.with_help(q, |h| self.retriever.retrieve(q, h))?;
-        out.helped.expand_ms = expansion.ms;
+        let (mut out, expansion, reused_ms) =
+            self.with_help(q, |h| self.retriever.retrieve(q, h))?;
         out.helped.expand_tokens = expansion.tokens;
+        if expansion.reused {
+            out.helped.reused_ms = reused_ms + expansion.ms;
+        } else {
+            out.helped.expand_ms = expansion.ms;
+            out.helped.reused_ms = reused_ms;
+        }
         Ok(out)
     }
 
     /// The ranked spans alone (`rag search`, eval's ranks), with the same help: no passages
     /// widened.
     pub(super) fn helped_ranked(&self, q: &Query) -> Result<Vec<Ranked>> {
-        let ((ranked, _), _) = self.with_help(q, |h| self.retriever.run_with(q, q.mode, h))?;
+        let ((ranked, _), ..) = self.with_help(q, |h| self.retriever.run_with(q, q.mode, h))?;
         Ok(ranked)
     }
 
     /// Runs `search` with what the expansion generator wrote for `q` and the reranker the
-    /// settings ask for; its result, and the expansion.
+    /// settings ask for; its result, the expansion, and the reranking's time taken from
+    /// [`Memo`] rather than spent.
     fn with_help<T>(
         &self,
         q: &Query,
         search: impl FnOnce(&Help<'_>) -> Result<T>,
-    ) -> Result<(T, Expansion)> {
+    ) -> Result<(T, Expansion, f64)> {
         let expansion = self.expansion(&q.text, q.mode)?;
         let reranker = match self.settings.retrieval.rerank {
             Rerank::Generator => Some(self.reranker()?),
@@ -83,7 +95,9 @@ impl Answerer {
             terms: expansion.terms.clone(),
             rescorer: reranker.as_ref().map(|x| x as &dyn Rescore),
         };
-        Ok((search(&help)?, expansion))
+        let found = search(&help)?;
+        let reused_ms = reranker.as_ref().map_or(0.0, |r| r.reused_ms.get());
+        Ok((found, expansion, reused_ms))
     }
 
     /// A local generator of `tier` with weights, for `what` (a setting's name in errors).
@@ -108,12 +122,20 @@ impl Answerer {
     /// where `mode` searches vectors, terms where it searches full text.
     fn expansion(&self, question: &str, mode: Mode) -> Result<Expansion> {
         let r = &self.settings.retrieval;
-        if r.expand == Expand::Off {
+        let asked = [
+            (r.expand.hyde() && mode != Mode::Text, HYDE),
+            (r.expand.keywords() && mode != Mode::Vector, TERMS),
+        ];
+        let kinds = asked.map(|(on, _)| on);
+        if kinds == [false; 2] {
             return Ok(Expansion::default());
         }
-        if let Some((q, e)) = &super::lock(&self.memo).expansion {
-            if q == question {
-                return Ok(e.clone());
+        if let Some((q, k, e)) = &super::lock(&self.memo).expansion {
+            if q == question && *k == kinds {
+                return Ok(Expansion {
+                    reused: true,
+                    ..e.clone()
+                });
             }
         }
         let started = Instant::now();
@@ -124,10 +146,6 @@ impl Answerer {
             ..params
         })?;
         let mut out = Expansion::default();
-        let asked = [
-            (r.expand.hyde() && mode != Mode::Text, HYDE),
-            (r.expand.keywords() && mode != Mode::Vector, TERMS),
-        ];
         for (_, instructions) in asked.into_iter().filter(|(on, _)| *on) {
             let tokens = llm.chat_tokens(&chat(instructions, [question.trim()]))?;
             // The instructions come back from the persistent prompt cache after the first
@@ -152,7 +170,7 @@ impl Answerer {
         }
         out.ms = started.elapsed().as_secs_f64() * 1e3;
         tracing::info!(passages = ?out.passages, terms = ?out.terms, ms = out.ms, "expanded");
-        super::lock(&self.memo).expansion = Some((question.to_string(), out.clone()));
+        super::lock(&self.memo).expansion = Some((question.to_string(), kinds, out.clone()));
         Ok(out)
     }
 
@@ -165,6 +183,7 @@ impl Answerer {
             llm,
             params,
             verdicts: Verdicts::of(llm),
+            reused_ms: Cell::new(0.0),
         })
     }
 }
@@ -175,6 +194,8 @@ struct GeneratorRerank<'a> {
     llm: &'a Llm,
     params: ContextParams,
     verdicts: Verdicts,
+    /// What the scores taken from [`Memo`] cost when they were computed.
+    reused_ms: Cell<f64>,
 }
 
 impl Rescore for GeneratorRerank<'_> {
@@ -183,11 +204,13 @@ impl Rescore for GeneratorRerank<'_> {
     }
 
     fn scores(&self, query: &str, passages: &[String]) -> Result<Vec<f32>> {
-        if let Some((q, p, s)) = &super::lock(&self.engine.memo).scores {
+        if let Some((q, p, s, ms)) = &super::lock(&self.engine.memo).scores {
             if q == query && p == passages {
+                self.reused_ms.set(*ms);
                 return Ok(s.clone());
             }
         }
+        let started = Instant::now();
         let deadline =
             Instant::now() + Duration::from_millis(self.engine.settings.retrieval.rerank_ms);
         let prompts = passages
@@ -205,7 +228,13 @@ impl Rescore for GeneratorRerank<'_> {
             tokens = scored.tokens,
             "reranked"
         );
-        let memo = (query.to_string(), passages.to_vec(), scored.scores.clone());
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let memo = (
+            query.to_string(),
+            passages.to_vec(),
+            scored.scores.clone(),
+            ms,
+        );
         super::lock(&self.engine.memo).scores = Some(memo);
         Ok(scored.scores)
     }

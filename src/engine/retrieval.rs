@@ -92,6 +92,7 @@ impl Answerer {
             expand_tokens: h.expand_tokens,
             rerank_ms: h.rerank_ms,
             reranked: h.reranked,
+            help_reused_ms: h.reused_ms,
             ..Timings::default()
         };
         if should_abstain(ranked, mode, self.settings.retrieval.min_similarity) {

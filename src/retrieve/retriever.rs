@@ -70,6 +70,10 @@ pub struct Helped {
     /// Reranking (`retrieval.rerank`), and the candidates scored.
     pub rerank_ms: f64,
     pub reranked: usize,
+    /// Help taken from the last retrieval of the same question (eval retrieves a question,
+    /// then answers it): not spent again here, but what asking it once spends.
+    #[serde(default, skip_serializing_if = "crate::answer::is_zero")]
+    pub reused_ms: f64,
 }
 
 /// What one retrieval gives an answer ([`Retriever::retrieve`]): the ranked spans, as

@@ -235,6 +235,48 @@ fn answers_are_scored_with_the_real_model() {
     assert!(!p.path().join("r.svg").exists());
 }
 
+/// With `--expand --rerank`, an answer reuses what its case's retrieval had the generators
+/// write and score, and its first token and whole answer count that help as a person asking
+/// once would wait for it (`help_ms`).
+#[test]
+fn answer_times_in_eval_include_the_generators_help() {
+    let p = Project::with_docs();
+    p.ingest();
+    std::fs::write(
+        p.path().join("set.yaml"),
+        "- id: flux\n  question: How fast does the flux regulator aboard Orbital Station Meridian hum?\n  expect_sources: orbital-station.md\n  answer_contains: ['1742']\n",
+    )
+    .unwrap();
+    let env = [
+        ("RAG_RETRIEVAL_EXPAND_WITH", "small"),
+        ("RAG_RETRIEVAL_RERANK_WITH", "small"),
+    ];
+    let args = ["eval", "--answers", "--json", "--modes", "hybrid"];
+    let v = p.json_env(
+        &env,
+        &[&args[..], &["--expand", "--rerank", "set.yaml"]].concat(),
+    );
+    let case = &v["results"][0];
+    let helped = &case["retrieval"]["hybrid"]["helped"];
+    let expand = helped["expand_ms"].as_f64().unwrap();
+    assert!(
+        expand > 0.0 && helped["rerank_ms"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    let a = &case["answer"];
+    let help = a["help_ms"].as_f64().unwrap();
+    // The expansion's own time, reused whole, and the reranking's on top of it.
+    assert!(help > expand, "{v}");
+    assert!(a["ttft_ms"].as_f64().unwrap() >= help, "{v}");
+    assert!(
+        a["total_ms"].as_f64().unwrap() >= a["ttft_ms"].as_f64().unwrap(),
+        "{v}"
+    );
+    // Without help there is none to report.
+    let v = p.json_env(&env, &[&args[..], &["set.yaml"]].concat());
+    assert!(v["results"][0]["answer"].get("help_ms").is_none(), "{v}");
+}
+
 /// `--cite-judge large` asks the 1.5B about each labelled sentence: of two lines of
 /// eval/citations.jsonl whose words both hold, it gives the one the cited text states a far
 /// higher P(yes) than the one it does not ("removes the first character" against a text on
