@@ -205,11 +205,14 @@ fn completions_and_man_pages_come_from_the_real_flags() {
     assert!(page.contains("files\\-from"), "{page}");
 }
 
-#[test]
-fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
+/// `rag ingest --watch --json docs` in `p`, and its batch reports as they are printed.
+fn start_watch(
+    p: &Project,
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<serde_json::Value>,
+) {
     use std::io::BufRead;
-    use std::time::Duration;
-    let p = Project::with_docs();
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("rag"))
         .current_dir(p.path())
         .env_clear()
@@ -226,10 +229,37 @@ fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
             let _ = tx.send(v);
         }
     });
+    (child, rx)
+}
+
+/// Ctrl-C to a running `rag`: its exit status once it has stopped.
+fn stop_with_ctrl_c(mut child: std::process::Child) -> std::process::ExitStatus {
+    use std::time::Duration;
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        // A watchdog against a hang, not a speed bound: generous for a loaded machine.
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "--watch did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
+    use std::time::Duration;
+    let p = Project::with_docs();
+    let (child, rx) = start_watch(&p);
     let next = || {
         rx.recv_timeout(Duration::from_secs(60))
             .expect("a batch report")
     };
+    let docs = |f: &str| p.path().join("docs").join(f);
     assert_eq!(
         next()["files_added"],
         7,
@@ -243,29 +273,22 @@ fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
     );
     let v = next();
     assert_eq!(v["files_added"], 1, "{v}");
-    std::fs::remove_file(p.path().join("docs/checksum.rs")).unwrap();
-    std::fs::write(p.path().join("docs/.draft.md.swp"), "editor noise").unwrap();
+    std::fs::remove_file(docs("checksum.rs")).unwrap();
+    std::fs::write(docs(".draft.md.swp"), "editor noise").unwrap();
     let v = next();
+    let counts = |v: &serde_json::Value, a: &str, b: &str| (v[a].as_u64(), v[b].as_u64());
     assert_eq!(
-        (v["files_removed"].as_u64(), v["files_added"].as_u64()),
+        counts(&v, "files_removed", "files_added"),
         (Some(1), Some(0)),
         "{v}"
     );
-    std::fs::write(
-        p.path().join("docs/gardening.txt"),
-        "Leeks want deep trenches.\n",
-    )
-    .unwrap();
+    std::fs::write(docs("gardening.txt"), "Leeks want deep trenches.\n").unwrap();
     let v = next();
     assert_eq!(v["files_changed"], 1, "an edit: {v}");
-    std::fs::rename(
-        p.path().join("docs/bread.rst"),
-        p.path().join("docs/new/bread.rst"),
-    )
-    .unwrap();
+    std::fs::rename(docs("bread.rst"), docs("new/bread.rst")).unwrap();
     let v = next();
     assert_eq!(
-        (v["files_added"].as_u64(), v["files_removed"].as_u64()),
+        counts(&v, "files_added", "files_removed"),
         (Some(1), Some(1)),
         "a rename: {v}"
     );
@@ -283,20 +306,7 @@ fn watch_keeps_the_index_current_and_stops_cleanly_on_ctrl_c() {
     ]);
     assert_eq!(crate::support::hit_paths(&s)[0], "docs/new/otters.md");
     // Ctrl-C: a clean stop with exit 0.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        // A watchdog against a hang, not a speed bound: generous for a loaded machine.
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "--watch did not stop"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(stop_with_ctrl_c(child).code(), Some(0));
 }
 
 #[test]
