@@ -20,6 +20,10 @@ pub struct Run {
     /// Answer keywords and mean whole-answer seconds (runs with `--answers`).
     pub keywords: Option<f64>,
     pub answer_s: Option<f64>,
+    /// The main mode's context recall, and the generators' help per question in seconds
+    /// (`--expand`, `--rerank`), for the table.
+    pub context_recall: Option<f64>,
+    pub help_s: Option<f64>,
     /// hit@1, hit@5, hit@10 per retrieval mode.
     pub hits: BTreeMap<String, [f64; 3]>,
     /// Rank (from 1) of each case's first expected source in `main_mode`, None past 10.
@@ -59,6 +63,13 @@ impl Run {
             label: label.to_string(),
             keywords: v["answers"]["keywords"].as_f64(),
             answer_s: v["answers"]["answer_ms_mean"].as_f64().map(|ms| ms / 1e3),
+            context_recall: modes
+                .get(&main_mode)
+                .and_then(|m| m["context_recall"].as_f64()),
+            help_s: modes
+                .get(&main_mode)
+                .and_then(|m| m["help_ms_mean"].as_f64())
+                .map(|ms| ms / 1e3),
             hits,
             ranks,
             main_mode,
@@ -346,10 +357,12 @@ pub fn html(title: &str, runs: &[Run], svg: &str) -> String {
             .map(|(m, h)| format!("{m} {:.3} / {:.3} / {:.3}", h[0], h[1], h[2]))
             .collect();
         rows += &format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
             escape(&r.label),
             f(r.keywords, 3),
             f(r.answer_s, 1),
+            f(r.context_recall, 3),
+            f(r.help_s, 2),
             escape(&hits.join("; "))
         );
     }
@@ -358,7 +371,7 @@ pub fn html(title: &str, runs: &[Run], svg: &str) -> String {
          <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left}}</style></head><body>\n\
          {svg}\n<table><tr><th>run</th><th>keywords</th><th>mean answer s</th>\
-         <th>hit@1 / hit@5 / hit@10</th></tr>\n{rows}</table>\n</body></html>\n",
+         <th>context recall</th><th>help s per question</th><th>hit@1 / hit@5 / hit@10</th></tr>\n{rows}</table>\n</body></html>\n",
         t = escape(title)
     )
 }
@@ -393,7 +406,8 @@ mod tests {
     fn report(keywords: f64, ms: f64, ranks: &[Option<u64>]) -> Value {
         serde_json::json!({
             "main_mode": "hybrid",
-            "modes": {"hybrid": {"hit1": 0.5, "hit5": 0.8, "hit10": 0.9},
+            "modes": {"hybrid": {"hit1": 0.5, "hit5": 0.8, "hit10": 0.9,
+                                 "context_recall": 0.7, "help_ms_mean": 1500.0},
                       "text": {"hit1": 0.4, "hit5": 0.7, "hit10": 0.8}},
             "answers": {"keywords": keywords, "answer_ms_mean": ms},
             "results": ranks.iter().map(|r| serde_json::json!({
@@ -433,6 +447,8 @@ mod tests {
         let page = html("dev & held-out", &runs, &svg);
         assert!(page.contains("<title>dev &amp; held-out</title>"));
         assert!(page.contains("<td>&lt;large&gt;</td>"));
+        // The main mode's context recall and the generators' help per question, in seconds.
+        assert!(page.contains("<td>0.700</td><td>1.50</td>"), "{page}");
         // No external assets: nothing is loaded from anywhere (the SVG namespace is a name).
         for attr in ["src=", "href=", "url(", "@import"] {
             assert!(!page.contains(attr), "{attr} in the page");
