@@ -93,7 +93,8 @@ impl Expand {
 pub enum Rerank {
     // Fusion's order (or the cross-encoder's, where `rerank.model` is set).
     Off,
-    // A local generator's yes/no judgement of each candidate ([`crate::llm::rerank`]).
+    // A generator's yes/no judgement of each candidate ([`crate::llm::rerank`]; a served
+    // one's from its `logprobs`).
     Generator,
 }
 

@@ -1,8 +1,10 @@
-//! The generators' help to retrieval (docs/quality.md, help from the generators): a local
+//! The generators' help to retrieval (docs/quality.md, help from the generators): a
 //! generator writes for the question before it is searched (`retrieval.expand`: a short
 //! passage that would answer it, HyDE, and search terms), and judges the best fused
-//! candidates after (`retrieval.rerank = "generator"`, [`crate::llm::rerank`]). The
-//! retriever searches and re-orders; this module only writes and scores.
+//! candidates after (`retrieval.rerank = "generator"`, [`crate::llm::rerank`]). Either is a
+//! local model or a served one (a tier with `backend = "openai"`: the same prompts, sent
+//! to the server, its judgement read from `logprobs`). The retriever searches and
+//! re-orders; this module only writes and scores.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -11,7 +13,8 @@ use anyhow::{bail, Context, Result};
 
 use super::Answerer;
 use crate::config::{Mode, Rerank, Tier};
-use crate::llm::{chat, judge::Verdicts, rerank, ContextParams, Generator, Llm, Sampling};
+use crate::llm::rerank::{self, Scored};
+use crate::llm::{chat, judge::Verdicts, ContextParams, Generator, Llm, Remote, Sampling};
 use crate::retrieve::{Help, Query, Ranked, Rescore, Retrieval};
 
 /// What the expansion generator is told for each kind: short, in the documentation's words.
@@ -100,22 +103,15 @@ impl Answerer {
         Ok((found, expansion, reused_ms))
     }
 
-    /// A local generator of `tier` with weights, for `what` (a setting's name in errors).
-    fn helper(&self, tier: Tier, what: &str) -> Result<(&Generator, &Llm, ContextParams)> {
+    /// The generator of `tier` that `what` asks for, loaded (a setting's name in errors).
+    fn helper(&self, tier: Tier, what: &str) -> Result<&Generator> {
         let slot = self.model(tier).with_context(|| {
             format!(
                 "{what} asks the {} generator ({what}_with), which cannot be loaded; fetch it (`rag models fetch --large`) or set {what}_with to an installed one",
                 tier.name()
             )
         })?;
-        let loaded = self.loaded(slot);
-        let Some((llm, _)) = loaded.local() else {
-            bail!(
-                "{what} needs a local generator and the {} one is served remotely; set {what}_with to a local one or turn {what} off",
-                tier.name()
-            );
-        };
-        Ok((loaded, llm, self.window(loaded)?.0))
+        Ok(self.loaded(slot))
     }
 
     /// What the expansion generator writes for `question` (`retrieval.expand`): a passage
@@ -139,33 +135,27 @@ impl Answerer {
             }
         }
         let started = Instant::now();
-        let (loaded, llm, params) = self.helper(r.expand_with, "retrieval.expand")?;
-        let mut session = llm.session(&ContextParams {
-            n_ctx: EXPAND_CTX,
-            n_batch: EXPAND_BATCH,
-            ..params
-        })?;
+        let loaded = self.helper(r.expand_with, "retrieval.expand")?;
+        let instructions: Vec<&str> = asked.iter().filter(|(on, _)| *on).map(|a| a.1).collect();
+        let written = match (loaded.local(), loaded.remote()) {
+            (Some((llm, _)), _) => self.write_local(loaded, llm, &instructions, question)?,
+            (None, Some(remote)) => write_remote(remote, &instructions, question, r.expand_tokens)?,
+            (None, None) => bail!(
+                "retrieval.expand: the {} generator is neither local nor remote",
+                r.expand_with.name()
+            ),
+        };
         let mut out = Expansion::default();
-        for (_, instructions) in asked.into_iter().filter(|(on, _)| *on) {
-            let tokens = llm.chat_tokens(&chat(instructions, [question.trim()]))?;
-            // The instructions come back from the persistent prompt cache after the first
-            // question (a state of theirs is saved with every prompt).
-            self.prefill(&mut session, loaded, &tokens, EXPAND_CTX, true, &mut |_| {
-                Ok(())
-            })?;
-            let mut text = String::new();
-            let decode = session.generate(&Sampling::greedy(r.expand_tokens), None, |piece| {
-                text.push_str(piece);
-                true
-            })?;
-            out.tokens += decode.tokens;
+        for (instructions, (text, tokens)) in instructions.into_iter().zip(written) {
+            out.tokens += tokens;
             let text = text.trim().to_string();
-            if !text.is_empty() {
-                if instructions == HYDE {
-                    out.passages.push(text);
-                } else {
-                    out.terms.push(text);
-                }
+            if text.is_empty() {
+                continue;
+            }
+            if instructions == HYDE {
+                out.passages.push(text);
+            } else {
+                out.terms.push(text);
             }
         }
         out.ms = started.elapsed().as_secs_f64() * 1e3;
@@ -174,15 +164,61 @@ impl Answerer {
         Ok(out)
     }
 
+    /// A local generator's text for each of `instructions` about `question`, and its tokens.
+    fn write_local(
+        &self,
+        loaded: &Generator,
+        llm: &Llm,
+        instructions: &[&str],
+        question: &str,
+    ) -> Result<Vec<(String, usize)>> {
+        let params = self.window(loaded)?.0;
+        let mut session = llm.session(&ContextParams {
+            n_ctx: EXPAND_CTX,
+            n_batch: EXPAND_BATCH,
+            ..params
+        })?;
+        let sampling = Sampling::greedy(self.settings.retrieval.expand_tokens);
+        let mut written = Vec::with_capacity(instructions.len());
+        for instructions in instructions {
+            let tokens = llm.chat_tokens(&chat(instructions, [question.trim()]))?;
+            // The instructions come back from the persistent prompt cache after the first
+            // question (a state of theirs is saved with every prompt).
+            self.prefill(&mut session, loaded, &tokens, EXPAND_CTX, true, &mut |_| {
+                Ok(())
+            })?;
+            let mut text = String::new();
+            let decode = session.generate(&sampling, None, |piece| {
+                text.push_str(piece);
+                true
+            })?;
+            written.push((text, decode.tokens));
+        }
+        Ok(written)
+    }
+
     /// The reranker `retrieval.rerank = "generator"` lends the retriever.
     fn reranker(&self) -> Result<GeneratorRerank<'_>> {
         let r = &self.settings.retrieval;
-        let (_, llm, params) = self.helper(r.rerank_with, "retrieval.rerank")?;
+        let loaded = self.helper(r.rerank_with, "retrieval.rerank")?;
+        let judge = match (loaded.local(), loaded.remote()) {
+            (Some((llm, _)), _) => Judge::Local {
+                llm,
+                params: self.window(loaded)?.0,
+                verdicts: Verdicts::of(llm),
+            },
+            (None, Some(remote)) => Judge::Remote {
+                remote,
+                parallel: self.settings.llm.parallel.max(1),
+            },
+            (None, None) => bail!(
+                "retrieval.rerank: the {} generator is neither local nor remote",
+                r.rerank_with.name()
+            ),
+        };
         Ok(GeneratorRerank {
             engine: self,
-            llm,
-            params,
-            verdicts: Verdicts::of(llm),
+            judge,
             reused_ms: Cell::new(0.0),
         })
     }
@@ -191,11 +227,46 @@ impl Answerer {
 /// A generator judging each candidate, within `retrieval.rerank_ms`.
 struct GeneratorRerank<'a> {
     engine: &'a Answerer,
-    llm: &'a Llm,
-    params: ContextParams,
-    verdicts: Verdicts,
+    judge: Judge<'a>,
     /// What the scores taken from [`Memo`] cost when they were computed.
     reused_ms: Cell<f64>,
+}
+
+/// Who reads the candidates: a local model in one shared context, or a server asked
+/// `llm.parallel` candidates at a time.
+enum Judge<'a> {
+    Local {
+        llm: &'a Llm,
+        params: ContextParams,
+        verdicts: Verdicts,
+    },
+    Remote {
+        remote: &'a Remote,
+        parallel: usize,
+    },
+}
+
+impl Judge<'_> {
+    fn scores(&self, query: &str, passages: &[String], deadline: Instant) -> Result<Scored> {
+        let head = |p: &String| p[..p.floor_char_boundary(RERANK_CHARS)].to_string();
+        match self {
+            Judge::Local {
+                llm,
+                params,
+                verdicts,
+            } => {
+                let prompts = passages
+                    .iter()
+                    .map(|p| llm.chat_tokens(&rerank::messages(query, &head(p))))
+                    .collect::<Result<Vec<_>>>()?;
+                llm.yes_scores(params, &prompts, verdicts, deadline)
+            }
+            Judge::Remote { remote, parallel } => {
+                let heads: Vec<String> = passages.iter().map(head).collect();
+                remote_scores(remote, *parallel, query, &heads, deadline)
+            }
+        }
+    }
 }
 
 impl Rescore for GeneratorRerank<'_> {
@@ -211,18 +282,8 @@ impl Rescore for GeneratorRerank<'_> {
             }
         }
         let started = Instant::now();
-        let deadline =
-            Instant::now() + Duration::from_millis(self.engine.settings.retrieval.rerank_ms);
-        let prompts = passages
-            .iter()
-            .map(|p| {
-                let p = &p[..p.floor_char_boundary(RERANK_CHARS)];
-                self.llm.chat_tokens(&rerank::messages(query, p))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let scored = self
-            .llm
-            .yes_scores(&self.params, &prompts, &self.verdicts, deadline)?;
+        let deadline = started + Duration::from_millis(self.engine.settings.retrieval.rerank_ms);
+        let scored = self.judge.scores(query, passages, deadline)?;
         tracing::info!(
             scored = scored.scores.len(),
             tokens = scored.tokens,
@@ -238,4 +299,66 @@ impl Rescore for GeneratorRerank<'_> {
         super::lock(&self.engine.memo).scores = Some(memo);
         Ok(scored.scores)
     }
+}
+
+/// A server's text for each of `instructions` about `question`, and its tokens: asked
+/// together, so a server with several slots writes them side by side.
+fn write_remote(
+    remote: &Remote,
+    instructions: &[&str],
+    question: &str,
+    max_tokens: u32,
+) -> Result<Vec<(String, usize)>> {
+    let sampling = Sampling::greedy(max_tokens);
+    let one = |instructions: &str| -> Result<(String, usize)> {
+        let messages = chat(instructions, [question.trim()]);
+        let mut text = String::new();
+        let (_, decode) = remote.generate(&messages, 0, &sampling, |piece| {
+            text.push_str(piece);
+            true
+        })?;
+        Ok((text, decode.tokens))
+    };
+    std::thread::scope(|s| {
+        let asked: Vec<_> = instructions.iter().map(|i| s.spawn(|| one(i))).collect();
+        asked.into_iter().map(joined).collect()
+    })
+}
+
+/// P(yes) of each passage from a server, `parallel` requests in flight at a time, until
+/// `deadline` (checked between rounds; the first round always runs): a prefix of the list.
+fn remote_scores(
+    remote: &Remote,
+    parallel: usize,
+    query: &str,
+    passages: &[String],
+    deadline: Instant,
+) -> Result<Scored> {
+    let mut out = Scored::default();
+    for round in passages.chunks(parallel) {
+        if !out.scores.is_empty() && Instant::now() >= deadline {
+            break;
+        }
+        let judged: Vec<(f32, usize)> = std::thread::scope(|s| {
+            let asked: Vec<_> = round
+                .iter()
+                .map(|p| s.spawn(|| remote.p_yes(&rerank::messages(query, p))))
+                .collect();
+            asked.into_iter().map(joined).collect::<Result<_>>()
+        })?;
+        for (p, tokens) in judged {
+            out.scores.push(p);
+            out.tokens += tokens;
+        }
+    }
+    Ok(out)
+}
+
+/// A request thread's result; a panic in one is an error, not a crash of the answer.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    h.join().unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "a request to the generator server panicked"
+        ))
+    })
 }

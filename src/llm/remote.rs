@@ -206,6 +206,35 @@ impl Remote {
         Ok(stream.figures(prompt_len, cancelled, start))
     }
 
+    /// P(yes) of a yes/no judgement (`messages` ask for one word), read from the
+    /// log-probabilities of the reply's first token (`logprobs`, `top_logprobs`), as a local
+    /// judge reads its logits; and the prompt tokens the server read. One token generated.
+    pub fn p_yes(&self, messages: &[Message]) -> Result<(f32, usize)> {
+        let body = json!({
+            "model": self.model,
+            "messages": wire_messages(messages),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": true,
+            "top_logprobs": TOP_LOGPROBS,
+        });
+        let resp = self.client.post("/chat/completions", &body)?;
+        let v: Value = resp.json().map_err(|e| {
+            ExitError::model(format!(
+                "{} answered a judgement with a body that is not JSON: {e}",
+                self.client.base()
+            ))
+        })?;
+        let p = yes_of_logprobs(&v).ok_or_else(|| {
+            ExitError::model(format!(
+                "{} gave no log-probabilities (`logprobs`) for a judgement; retrieval.rerank with a remote generator needs a server that returns them (llama-server, vLLM), or set retrieval.rerank_with to a local generator",
+                self.client.base()
+            ))
+        })?;
+        let prompt = v.pointer("/usage/prompt_tokens").and_then(Value::as_u64);
+        Ok((p, prompt.unwrap_or(0) as usize))
+    }
+
     fn request(&self, messages: &[Message], s: &Sampling) -> Value {
         let mut body = json!({
             "model": self.model,
@@ -271,6 +300,35 @@ fn counter(tokenizer: &Path, client: &Client) -> Result<Counter> {
         Counter::Server
     } else {
         Counter::Estimate
+    })
+}
+
+/// Alternatives asked for the judgement's first token: enough to hold "yes" and "no" in
+/// their spellings ("Yes", " yes") beside what else the model considers.
+const TOP_LOGPROBS: u32 = 20;
+
+/// P(yes) among the verdicts in an OpenAI chat completion's first-token `top_logprobs`
+/// (every spelling of "yes" against every one of "no"); 0.5 where neither is among them,
+/// None where the reply holds no log-probabilities.
+fn yes_of_logprobs(v: &Value) -> Option<f32> {
+    let top = v
+        .pointer("/choices/0/logprobs/content/0/top_logprobs")?
+        .as_array()?;
+    let (mut yes, mut no) = (0.0f64, 0.0f64);
+    for t in top {
+        let (Some(token), Some(lp)) = (t["token"].as_str(), t["logprob"].as_f64()) else {
+            continue;
+        };
+        match token.trim().to_lowercase().as_str() {
+            "yes" => yes += lp.exp(),
+            "no" => no += lp.exp(),
+            _ => {}
+        }
+    }
+    Some(if yes + no > 0.0 {
+        (yes / (yes + no)) as f32
+    } else {
+        0.5
     })
 }
 
@@ -386,6 +444,31 @@ mod tests {
             }
         }
         (s, text)
+    }
+
+    #[test]
+    fn a_judgement_is_read_from_the_first_tokens_logprobs() {
+        let reply = |top: &str| -> Value {
+            serde_json::from_str(&format!(
+                r#"{{"choices":[{{"message":{{"content":"Yes"}},"logprobs":{{"content":[{{"token":"Yes","logprob":-0.1,"top_logprobs":{top}}}]}}}}],"usage":{{"prompt_tokens":90}}}}"#
+            ))
+            .unwrap()
+        };
+        // Every spelling counts: P(yes) = (0.5 + 0.2) / (0.5 + 0.2 + 0.3 + 0.0).
+        let v = reply(
+            r#"[{"token":"Yes","logprob":-0.693147},{"token":" yes","logprob":-1.609438},{"token":"No","logprob":-1.203973},{"token":"Maybe","logprob":-3.0}]"#,
+        );
+        let p = yes_of_logprobs(&v).unwrap();
+        assert!((p - 0.7).abs() < 1e-4, "{p}");
+        // Neither verdict among the alternatives: undecided, as a local judge says.
+        assert_eq!(
+            yes_of_logprobs(&reply(r#"[{"token":"The","logprob":-0.1}]"#)),
+            Some(0.5)
+        );
+        // A server that gives no log-probabilities cannot judge.
+        let bare: Value =
+            serde_json::from_str(r#"{"choices":[{"message":{"content":"yes"}}]}"#).unwrap();
+        assert_eq!(yes_of_logprobs(&bare), None);
     }
 
     #[test]

@@ -245,6 +245,90 @@ fn remote_streams_routes_batches_and_chats() {
     assert_eq!(stdout.matches("Sources:").count(), 2, "{stdout}");
 }
 
+/// `--expand` and `--rerank` with the medium generator served by llama-server, the answer
+/// from the local 135M: the server writes the passage and the terms, and judges each
+/// candidate from the log-probabilities of its first token, `llm.parallel` at a time.
+#[test]
+#[ignore = "needs llama-server: make test-remote"]
+fn a_served_generator_expands_and_reranks() {
+    let server = llama_server("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = Project::with_docs();
+    p.ingest();
+    // Time enough to judge every candidate on a busy machine.
+    let served = vec![
+        ("RAG_LLM_MEDIUM_BACKEND", "openai".to_string()),
+        ("RAG_LLM_URL", server.url.clone()),
+        ("RAG_RETRIEVAL_RERANK_MS", "600000".to_string()),
+    ];
+    let search = |env: &[(&'static str, String)], flags: &[&str]| {
+        let mut args = vec!["search", "--json", "-k", "8"];
+        args.extend_from_slice(flags);
+        args.push("How does the lighthouse lamp rotate?");
+        let (code, out, err) = run(&p, env, &args);
+        json_of(code, &out, &err)
+    };
+    let expanded = search(&served, &["--expand=both"]);
+    assert!(expanded.to_string().contains("lighthouse"), "{expanded}");
+    // Every candidate judged: the fused top 8, re-ordered (by fused rank and rank by
+    // P(yes) together), each with a P(yes), not all undecided (0.5 is what a reply without
+    // "yes" or "no" among its alternatives gives).
+    let spans = |v: &Value| {
+        let mut s: Vec<String> = v["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| format!("{}:{}", h["path"], h["line_start"]))
+            .collect();
+        s.sort();
+        s
+    };
+    let reranked = search(&served, &["--rerank"]);
+    assert_eq!(spans(&reranked), spans(&search(&served, &[])));
+    let scores: Vec<f64> = reranked["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["rerank_score"].as_f64().expect("rerank_score"))
+        .collect();
+    assert_eq!(scores.len(), 8, "{reranked}");
+    assert!(scores.iter().all(|s| (0.0..=1.0).contains(s)), "{scores:?}");
+    assert!(scores.iter().any(|s| (s - 0.5).abs() > 0.01), "{scores:?}");
+
+    let ask = |env: &[(&'static str, String)]| {
+        let args = [
+            "ask",
+            "--json",
+            "--model",
+            "small",
+            "-k",
+            "3",
+            "--max-tokens",
+            "24",
+            "--expand",
+            "--rerank",
+            FACT,
+        ];
+        let (code, out, err) = run(&p, env, &args);
+        json_of(code, &out, &err)
+    };
+    let v = ask(&served);
+    assert!(
+        v["model"]["path"].as_str().unwrap().ends_with(".gguf"),
+        "{v}"
+    );
+    let t = &v["timings"];
+    assert!(t["expand_ms"].as_f64().unwrap() > 0.0, "{t}");
+    assert!(t["expand_tokens"].as_u64().unwrap() > 0, "{t}");
+    assert!(t["rerank_ms"].as_f64().unwrap() > 0.0, "{t}");
+    assert_eq!(t["reranked"].as_u64(), Some(8), "{t}");
+    // Out of time at once: the first round (two requests in flight) is judged, the rest
+    // keep their fused order.
+    let mut hurried = served.clone();
+    hurried[2].1 = "1".into();
+    hurried.push(("RAG_LLM_PARALLEL", "2".into()));
+    assert_eq!(ask(&hurried)["timings"]["reranked"].as_u64(), Some(2));
+}
+
 /// A remote embedder: ingest and search through llama-server's `/v1/embeddings` (SmolLM2's
 /// mean-pooled states: weak vectors, but real ones, with BM25 beside them); the index records
 /// the remote model, so the local embedder is refused on it (exit 4) and vice versa.
