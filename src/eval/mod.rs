@@ -242,10 +242,14 @@ fn draw_report(
     o: &EvalOptions,
 ) -> Result<()> {
     let this = serde_json::to_value(out)?;
-    let label = out.answers.as_ref().map_or_else(
-        || "this run".to_string(),
-        |a| format!("this run: {}", a.model),
-    );
+    // Named as it is saved (`--save-json dev-rerank.json`: `dev-rerank`), as the saved runs
+    // beside it are; else "this run".
+    let saved = o.save_json.as_deref().and_then(std::path::Path::file_stem);
+    let name = saved.map_or_else(|| "this run".into(), |s| s.to_string_lossy().into_owned());
+    let label = out
+        .answers
+        .as_ref()
+        .map_or_else(|| name.clone(), |a| format!("{name}: {}", a.model));
     let mut runs = vec![plot::Run::from_report(&label, &this)?];
     runs.extend(earlier);
     plot::distinct_labels(&mut runs);

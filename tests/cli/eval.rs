@@ -207,6 +207,8 @@ fn answers_are_scored_with_the_real_model() {
         "report.html",
         "--report-with",
         "first.json",
+        "--save-json",
+        "second.json",
         "set.yaml",
     ]);
     assert_eq!(code, 0, "{err}");
@@ -220,6 +222,8 @@ fn answers_are_scored_with_the_real_model() {
         "the saved run's point: {page}"
     );
     assert!(page.contains("<td>first</td>"), "{page}");
+    // This run is named as it is saved, with the generator its answers came from.
+    assert!(page.contains("<td>second: "), "{page}");
     // A run to draw beside that does not exist stops the eval before any answer.
     let (code, _, err) = p.run(&[
         "eval",
