@@ -9,7 +9,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::Answerer;
 use crate::config::{Mode, Rerank, Tier};
@@ -137,13 +137,13 @@ impl Answerer {
         let started = Instant::now();
         let loaded = self.helper(r.expand_with, "retrieval.expand")?;
         let instructions: Vec<&str> = asked.iter().filter(|(on, _)| *on).map(|a| a.1).collect();
-        let written = match (loaded.local(), loaded.remote()) {
-            (Some((llm, _)), _) => self.write_local(loaded, llm, &instructions, question)?,
-            (None, Some(remote)) => write_remote(remote, &instructions, question, r.expand_tokens)?,
-            (None, None) => bail!(
-                "retrieval.expand: the {} generator is neither local nor remote",
-                r.expand_with.name()
-            ),
+        let written = match loaded {
+            Generator::Local { llm, .. } => {
+                self.write_local(loaded, llm, &instructions, question)?
+            }
+            Generator::Remote(remote) => {
+                write_remote(remote, &instructions, question, r.expand_tokens)?
+            }
         };
         let mut out = Expansion::default();
         for (instructions, (text, tokens)) in instructions.into_iter().zip(written) {
@@ -201,20 +201,16 @@ impl Answerer {
     fn reranker(&self) -> Result<GeneratorRerank<'_>> {
         let r = &self.settings.retrieval;
         let loaded = self.helper(r.rerank_with, "retrieval.rerank")?;
-        let judge = match (loaded.local(), loaded.remote()) {
-            (Some((llm, _)), _) => Judge::Local {
+        let judge = match loaded {
+            Generator::Local { llm, .. } => Judge::Local {
                 llm,
                 params: self.window(loaded)?.0,
                 verdicts: Verdicts::of(llm),
             },
-            (None, Some(remote)) => Judge::Remote {
+            Generator::Remote(remote) => Judge::Remote {
                 remote,
                 parallel: self.settings.llm.parallel.max(1),
             },
-            (None, None) => bail!(
-                "retrieval.rerank: the {} generator is neither local nor remote",
-                r.rerank_with.name()
-            ),
         };
         Ok(GeneratorRerank {
             engine: self,
@@ -248,21 +244,24 @@ enum Judge<'a> {
 
 impl Judge<'_> {
     fn scores(&self, query: &str, passages: &[String], deadline: Instant) -> Result<Scored> {
-        let head = |p: &String| p[..p.floor_char_boundary(RERANK_CHARS)].to_string();
+        // What a judge reads of each candidate: its heading and first characters.
+        let heads: Vec<&str> = passages
+            .iter()
+            .map(|p| &p[..p.floor_char_boundary(RERANK_CHARS)])
+            .collect();
         match self {
             Judge::Local {
                 llm,
                 params,
                 verdicts,
             } => {
-                let prompts = passages
+                let prompts = heads
                     .iter()
-                    .map(|p| llm.chat_tokens(&rerank::messages(query, &head(p))))
+                    .map(|p| llm.chat_tokens(&rerank::messages(query, p)))
                     .collect::<Result<Vec<_>>>()?;
                 llm.yes_scores(params, &prompts, verdicts, deadline)
             }
             Judge::Remote { remote, parallel } => {
-                let heads: Vec<String> = passages.iter().map(head).collect();
                 remote_scores(remote, *parallel, query, &heads, deadline)
             }
         }
@@ -331,7 +330,7 @@ fn remote_scores(
     remote: &Remote,
     parallel: usize,
     query: &str,
-    passages: &[String],
+    passages: &[&str],
     deadline: Instant,
 ) -> Result<Scored> {
     let mut out = Scored::default();
